@@ -1,0 +1,174 @@
+// Package httpfilter is the registry of server-side HTTP filters (gRFC A39):
+// it validates an HttpConnectionManager's http_filters list and the
+// typed_per_filter_config overrides of virtual hosts and routes, handing each
+// config to the parser of the filter registered for its type URL.
+//
+// Parsed configs are immutable and may be shared between filter chains and
+// listeners. A Parser memoizes identical configs, so a Listener whose 1 000
+// filter chains carry the same filter config parses it once.
+package httpfilter
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	udpatypepb "github.com/cncf/xds/go/udpa/type/v1"
+	xdstypepb "github.com/cncf/xds/go/xds/type/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Type URLs of the wrappers this package unwraps.
+const (
+	typedStructV1URL = "type.googleapis.com/udpa.type.v1.TypedStruct"
+	typedStructV3URL = "type.googleapis.com/xds.type.v3.TypedStruct"
+	filterConfigURL  = "type.googleapis.com/envoy.config.route.v3.FilterConfig"
+)
+
+// Config is a parsed and validated filter config, top-level or override. It
+// is immutable; its concrete type is the filter's own.
+type Config any
+
+// Filter is one server-side HTTP filter implementation.
+type Filter interface {
+	// ConfigTypeURLs lists the type URLs of the top-level configs this filter
+	// parses. The registry routes a config to the filter by its type URL.
+	ConfigTypeURLs() []string
+	// OverrideTypeURLs lists the type URLs of the per-route override configs
+	// this filter parses; nil when it takes no overrides.
+	OverrideTypeURLs() []string
+	// ParseConfig validates a top-level config (from http_filters).
+	ParseConfig(RawConfig) (Config, error)
+	// ParseOverride validates an override config (from
+	// typed_per_filter_config).
+	ParseOverride(RawConfig) (Config, error)
+	// IsTerminal reports whether the filter must be last in the list (only
+	// the router is).
+	IsTerminal() bool
+}
+
+// RawConfig is a filter config as found in an xDS resource, with the
+// FilterConfig and TypedStruct wrappers looked through.
+type RawConfig struct {
+	// TypeURL is the config's type: the Any's type URL, or the type_url inside
+	// a TypedStruct.
+	TypeURL string
+	// Any is the value: a message of TypeURL, or nil when Struct is set.
+	Any *anypb.Any
+	// Struct is the TypedStruct's value when the config came in one.
+	Struct *structpb.Struct
+}
+
+// UnmarshalTo decodes the config into m, whose type must be TypeURL's. A
+// TypedStruct value is converted through its JSON form, as Envoy does.
+func (r RawConfig) UnmarshalTo(m proto.Message) error {
+	if want := "type.googleapis.com/" + string(m.ProtoReflect().Descriptor().FullName()); typeName(r.TypeURL) != typeName(want) {
+		return fmt.Errorf("config has type %q, want %q", r.TypeURL, want)
+	}
+	if r.Struct != nil {
+		js, err := protojson.Marshal(r.Struct)
+		if err != nil {
+			return fmt.Errorf("TypedStruct value: %w", err)
+		}
+		if err := protojson.Unmarshal(js, m); err != nil {
+			return fmt.Errorf("TypedStruct value is not a valid %s: %w", typeName(r.TypeURL), err)
+		}
+		return nil
+	}
+	if r.Any == nil {
+		return fmt.Errorf("config of type %q is empty", r.TypeURL)
+	}
+	if err := proto.Unmarshal(r.Any.GetValue(), m); err != nil {
+		return fmt.Errorf("malformed %s: %w", typeName(r.TypeURL), err)
+	}
+	return nil
+}
+
+// typeName strips the type URL prefix: everything up to the last '/'.
+func typeName(url string) string {
+	for i := len(url) - 1; i >= 0; i-- {
+		if url[i] == '/' {
+			return url[i+1:]
+		}
+	}
+	return url
+}
+
+// unwrap looks through TypedStruct wrappers (udpa v1 and xds v3).
+func unwrap(a *anypb.Any) (RawConfig, error) {
+	if a == nil {
+		return RawConfig{}, errors.New("config is missing")
+	}
+	var ts interface {
+		proto.Message
+		GetTypeUrl() string
+		GetValue() *structpb.Struct
+	}
+	switch typeName(a.GetTypeUrl()) {
+	case typeName(typedStructV1URL):
+		ts = &udpatypepb.TypedStruct{}
+	case typeName(typedStructV3URL):
+		ts = &xdstypepb.TypedStruct{}
+	default:
+		return RawConfig{TypeURL: a.GetTypeUrl(), Any: a}, nil
+	}
+	if err := proto.Unmarshal(a.GetValue(), ts); err != nil {
+		return RawConfig{}, fmt.Errorf("malformed %s: %w", typeName(a.GetTypeUrl()), err)
+	}
+	s := ts.GetValue()
+	if s == nil {
+		s = &structpb.Struct{}
+	}
+	return RawConfig{TypeURL: ts.GetTypeUrl(), Struct: s}, nil
+}
+
+// Registry maps config type URLs to filters. The zero value is empty; use
+// NewRegistry. A Registry is safe for concurrent use.
+type Registry struct {
+	mu        sync.RWMutex
+	configs   map[string]Filter // by type name (URL without prefix); guarded by mu
+	overrides map[string]Filter // by type name; guarded by mu
+}
+
+// NewRegistry returns a registry holding the given filters.
+func NewRegistry(filters ...Filter) *Registry {
+	r := &Registry{configs: map[string]Filter{}, overrides: map[string]Filter{}}
+	for _, f := range filters {
+		r.Register(f)
+	}
+	return r
+}
+
+// Register adds f under each of its type URLs, replacing any filter
+// registered before for the same type.
+func (r *Registry) Register(f Filter) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, u := range f.ConfigTypeURLs() {
+		r.configs[typeName(u)] = f
+	}
+	for _, u := range f.OverrideTypeURLs() {
+		r.overrides[typeName(u)] = f
+	}
+}
+
+// lookup returns the filter for a top-level config type or, if override is
+// true, for an override config type.
+func (r *Registry) lookup(typeURL string, override bool) Filter {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if override {
+		if f, ok := r.overrides[typeName(typeURL)]; ok {
+			return f
+		}
+		// A filter may accept its top-level type as an override; its
+		// ParseOverride decides (gRFC A39).
+	}
+	return r.configs[typeName(typeURL)]
+}
+
+// Default is the registry used when none is given. It holds the router.
+var Default = NewRegistry(Router{})

@@ -1,0 +1,190 @@
+package httpfilter
+
+import (
+	"fmt"
+
+	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// Instance is one validated entry of an HttpConnectionManager's http_filters.
+type Instance struct {
+	// Name is the filter instance name; overrides are keyed by it.
+	Name string
+	// Filter is the implementation chosen by the config's type.
+	Filter Filter
+	// Config is the parsed top-level config.
+	Config Config
+}
+
+// Parser validates filter lists and overrides against a registry. It
+// memoizes parsed configs by type and bytes, so identical configs in one
+// resource (or in every resource a long-lived Parser sees) are parsed once
+// and share one Config value. A Parser is not safe for concurrent use; make
+// one per decode.
+type Parser struct {
+	reg  *Registry
+	memo map[memoKey]Config
+}
+
+type memoKey struct {
+	override bool
+	typeURL  string
+	value    string // serialized Any value or TypedStruct bytes
+}
+
+// NewParser returns a Parser over reg; a nil reg means Default.
+func NewParser(reg *Registry) *Parser {
+	if reg == nil {
+		reg = Default
+	}
+	return &Parser{reg: reg, memo: map[memoKey]Config{}}
+}
+
+// HTTPFilters validates an HttpConnectionManager's http_filters (gRFC A39):
+// the list is non-empty, names are unique and non-empty, every config type is
+// registered (an unknown type is skipped when the entry is optional, and is
+// an error otherwise), every config passes its filter's validation, and the
+// terminal filter (the router) is last and only last. It returns the filters
+// to run, in order, without the skipped ones.
+func (p *Parser) HTTPFilters(filters []*hcmpb.HttpFilter) ([]Instance, error) {
+	if len(filters) == 0 {
+		return nil, fmt.Errorf("http_filters: empty, want at least the router")
+	}
+	seen := make(map[string]bool, len(filters))
+	out := make([]Instance, 0, len(filters))
+	for i, hf := range filters {
+		name := hf.GetName()
+		if name == "" {
+			return nil, fmt.Errorf("http_filters[%d]: empty name", i)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("http_filters[%d]: duplicate filter name %q", i, name)
+		}
+		seen[name] = true
+		if hf.GetConfigType() == nil {
+			if hf.GetIsOptional() {
+				continue
+			}
+			return nil, fmt.Errorf("http_filters[%d] (%q): typed_config is missing", i, name)
+		}
+		if hf.GetConfigDiscovery() != nil {
+			return nil, fmt.Errorf("http_filters[%d] (%q): config_discovery is not supported", i, name)
+		}
+		raw, err := unwrap(hf.GetTypedConfig())
+		if err != nil {
+			return nil, fmt.Errorf("http_filters[%d] (%q): %w", i, name, err)
+		}
+		f := p.reg.lookup(raw.TypeURL, false)
+		if f == nil {
+			if hf.GetIsOptional() {
+				continue
+			}
+			return nil, fmt.Errorf("http_filters[%d] (%q): unsupported filter config type %q", i, name, raw.TypeURL)
+		}
+		cfg, err := p.parse(f, raw, false)
+		if err != nil {
+			return nil, fmt.Errorf("http_filters[%d] (%q): %w", i, name, err)
+		}
+		out = append(out, Instance{Name: name, Filter: f, Config: cfg})
+	}
+	for i, in := range out {
+		last := i == len(out)-1
+		if in.Filter.IsTerminal() && !last {
+			return nil, fmt.Errorf("http_filters: terminal filter %q is not last", in.Name)
+		}
+		if !in.Filter.IsTerminal() && last {
+			return nil, fmt.Errorf("http_filters: last filter %q is not a terminal filter (the router)", in.Name)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("http_filters: every filter is optional and unsupported, want at least the router")
+	}
+	return out, nil
+}
+
+// Overrides validates a typed_per_filter_config map (gRFC A39): each value,
+// after looking through FilterConfig and TypedStruct, must be an override
+// config of a registered filter, unless it is wrapped in a FilterConfig with
+// is_optional set, in which case an unknown type is skipped. Keys naming no
+// filter instance are not an error. The result is keyed by instance name; it
+// is nil when m has no usable entry.
+func (p *Parser) Overrides(m map[string]*anypb.Any) (map[string]Config, error) {
+	var out map[string]Config
+	for name, a := range m {
+		cfg, ok, err := p.override(a)
+		if err != nil {
+			return nil, fmt.Errorf("typed_per_filter_config[%q]: %w", name, err)
+		}
+		if !ok {
+			continue
+		}
+		if out == nil {
+			out = make(map[string]Config, len(m))
+		}
+		out[name] = cfg
+	}
+	return out, nil
+}
+
+func (p *Parser) override(a *anypb.Any) (Config, bool, error) {
+	optional := false
+	if a != nil && typeName(a.GetTypeUrl()) == typeName(filterConfigURL) {
+		fc := &routepb.FilterConfig{}
+		if err := proto.Unmarshal(a.GetValue(), fc); err != nil {
+			return nil, false, fmt.Errorf("malformed FilterConfig: %w", err)
+		}
+		if fc.GetDisabled() {
+			return nil, false, fmt.Errorf("FilterConfig.disabled is not supported")
+		}
+		optional = fc.GetIsOptional()
+		a = fc.GetConfig()
+	}
+	raw, err := unwrap(a)
+	if err != nil {
+		return nil, false, err
+	}
+	f := p.reg.lookup(raw.TypeURL, true)
+	if f == nil {
+		if optional {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("unsupported filter override config type %q", raw.TypeURL)
+	}
+	cfg, err := p.parse(f, raw, true)
+	if err != nil {
+		return nil, false, err
+	}
+	return cfg, true, nil
+}
+
+func (p *Parser) parse(f Filter, raw RawConfig, override bool) (Config, error) {
+	key := memoKey{override: override, typeURL: typeName(raw.TypeURL)}
+	switch {
+	case raw.Struct != nil:
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(raw.Struct)
+		if err != nil {
+			return nil, err
+		}
+		key.value = "s" + string(b)
+	default:
+		key.value = "a" + string(raw.Any.GetValue())
+	}
+	if cfg, ok := p.memo[key]; ok {
+		return cfg, nil
+	}
+	var cfg Config
+	var err error
+	if override {
+		cfg, err = f.ParseOverride(raw)
+	} else {
+		cfg, err = f.ParseConfig(raw)
+	}
+	if err != nil {
+		return nil, err
+	}
+	p.memo[key] = cfg
+	return cfg, nil
+}
