@@ -2,6 +2,7 @@
 // Delete once every import below is used by real code.
 package testutils
 import (
+ _ "github.com/google/go-cmp/cmp"
  _ "google.golang.org/grpc"
  _ "github.com/envoyproxy/go-control-plane/pkg/server/v3"
  _ "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
