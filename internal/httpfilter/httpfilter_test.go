@@ -1,0 +1,342 @@
+package httpfilter
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	udpatypepb "github.com/cncf/xds/go/udpa/type/v1"
+	xdstypepb "github.com/cncf/xds/go/xds/type/v3"
+	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	faultpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
+	routerpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/proxyless-grpc/xds/internal/testutils"
+)
+
+func TestMain(m *testing.M) { testutils.VerifyNoLeaks(m) }
+
+// testFilter is a non-terminal filter whose config is a StringValue and whose
+// override is a UInt32Value; it counts parses so memoization is observable.
+type testFilter struct{ parses *int }
+
+const (
+	testConfigURL   = "type.googleapis.com/google.protobuf.StringValue"
+	testOverrideURL = "type.googleapis.com/google.protobuf.UInt32Value"
+)
+
+func (testFilter) ConfigTypeURLs() []string   { return []string{testConfigURL} }
+func (testFilter) OverrideTypeURLs() []string { return []string{testOverrideURL} }
+func (f testFilter) ParseConfig(raw RawConfig) (Config, error) {
+	*f.parses++
+	v := &wrapperspb.StringValue{}
+	if err := raw.UnmarshalTo(v); err != nil {
+		return nil, err
+	}
+	if v.GetValue() == "bad" {
+		return nil, errors.New(`value "bad" is not allowed`)
+	}
+	return v.GetValue(), nil
+}
+func (f testFilter) ParseOverride(raw RawConfig) (Config, error) {
+	*f.parses++
+	v := &wrapperspb.UInt32Value{}
+	if err := raw.UnmarshalTo(v); err != nil {
+		return nil, err
+	}
+	return v.GetValue(), nil
+}
+func (testFilter) IsTerminal() bool { return false }
+
+func mustAny(t testing.TB, m proto.Message) *anypb.Any {
+	t.Helper()
+	a, err := anypb.New(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func router(t testing.TB) *hcmpb.HttpFilter {
+	return &hcmpb.HttpFilter{Name: "router", ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: mustAny(t, &routerpb.Router{})}}
+}
+
+func filter(name string, cfg *anypb.Any, optional bool) *hcmpb.HttpFilter {
+	return &hcmpb.HttpFilter{Name: name, IsOptional: optional, ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: cfg}}
+}
+
+func newTestParser() (*Parser, *int) {
+	n := 0
+	return NewParser(NewRegistry(Router{}, testFilter{parses: &n})), &n
+}
+
+func TestHTTPFilters(t *testing.T) {
+	unknown := mustAny(t, &faultpb.HTTPFault{})
+	tests := []struct {
+		desc      string
+		filters   func(t *testing.T) []*hcmpb.HttpFilter
+		wantNames []string
+		wantErr   string // substring naming the field; "" = valid
+	}{
+		{
+			desc:      "router only",
+			filters:   func(t *testing.T) []*hcmpb.HttpFilter { return []*hcmpb.HttpFilter{router(t)} },
+			wantNames: []string{"router"},
+		},
+		{
+			desc: "filter then router",
+			filters: func(t *testing.T) []*hcmpb.HttpFilter {
+				return []*hcmpb.HttpFilter{filter("a", mustAny(t, wrapperspb.String("x")), false), router(t)}
+			},
+			wantNames: []string{"a", "router"},
+		},
+		{
+			desc: "unknown optional filter is skipped",
+			filters: func(t *testing.T) []*hcmpb.HttpFilter {
+				return []*hcmpb.HttpFilter{filter("fault", unknown, true), router(t)}
+			},
+			wantNames: []string{"router"},
+		},
+		{
+			desc: "config in udpa TypedStruct",
+			filters: func(t *testing.T) []*hcmpb.HttpFilter {
+				ts := &udpatypepb.TypedStruct{TypeUrl: RouterTypeURL, Value: &structpb.Struct{}}
+				return []*hcmpb.HttpFilter{filter("r", mustAny(t, ts), false)}
+			},
+			wantNames: []string{"r"},
+		},
+		{
+			desc: "config in xds TypedStruct",
+			filters: func(t *testing.T) []*hcmpb.HttpFilter {
+				ts := &xdstypepb.TypedStruct{TypeUrl: RouterTypeURL}
+				return []*hcmpb.HttpFilter{filter("r", mustAny(t, ts), false)}
+			},
+			wantNames: []string{"r"},
+		},
+		{
+			desc:    "empty list",
+			filters: func(*testing.T) []*hcmpb.HttpFilter { return nil },
+			wantErr: "http_filters: empty",
+		},
+		{
+			desc: "duplicate names",
+			filters: func(t *testing.T) []*hcmpb.HttpFilter {
+				return []*hcmpb.HttpFilter{filter("router", mustAny(t, wrapperspb.String("x")), false), router(t)}
+			},
+			wantErr: `http_filters[1]: duplicate filter name "router"`,
+		},
+		{
+			desc: "empty name",
+			filters: func(t *testing.T) []*hcmpb.HttpFilter {
+				return []*hcmpb.HttpFilter{filter("", mustAny(t, &routerpb.Router{}), false)}
+			},
+			wantErr: "http_filters[0]: empty name",
+		},
+		{
+			desc: "unknown required filter",
+			filters: func(t *testing.T) []*hcmpb.HttpFilter {
+				return []*hcmpb.HttpFilter{filter("fault", unknown, false), router(t)}
+			},
+			wantErr: `http_filters[0] ("fault"): unsupported filter config type "type.googleapis.com/envoy.extensions.filters.http.fault.v3.HTTPFault"`,
+		},
+		{
+			desc: "router not last",
+			filters: func(t *testing.T) []*hcmpb.HttpFilter {
+				return []*hcmpb.HttpFilter{router(t), filter("a", mustAny(t, wrapperspb.String("x")), false)}
+			},
+			wantErr: `terminal filter "router" is not last`,
+		},
+		{
+			desc: "no router",
+			filters: func(t *testing.T) []*hcmpb.HttpFilter {
+				return []*hcmpb.HttpFilter{filter("a", mustAny(t, wrapperspb.String("x")), false)}
+			},
+			wantErr: `last filter "a" is not a terminal filter`,
+		},
+		{
+			desc: "router after a skipped optional filter is still last",
+			filters: func(t *testing.T) []*hcmpb.HttpFilter {
+				return []*hcmpb.HttpFilter{router(t), filter("fault", unknown, true)}
+			},
+			wantNames: []string{"router"},
+		},
+		{
+			desc: "filter rejects its config",
+			filters: func(t *testing.T) []*hcmpb.HttpFilter {
+				return []*hcmpb.HttpFilter{filter("a", mustAny(t, wrapperspb.String("bad")), false), router(t)}
+			},
+			wantErr: `http_filters[0] ("a"): value "bad" is not allowed`,
+		},
+		{
+			desc:    "missing typed_config",
+			filters: func(t *testing.T) []*hcmpb.HttpFilter { return []*hcmpb.HttpFilter{{Name: "x"}, router(t)} },
+			wantErr: `http_filters[0] ("x"): typed_config is missing`,
+		},
+		{
+			desc: "TypedStruct with a value that does not fit the type",
+			filters: func(t *testing.T) []*hcmpb.HttpFilter {
+				s, _ := structpb.NewStruct(map[string]any{"no_such_field": 1})
+				ts := &udpatypepb.TypedStruct{TypeUrl: RouterTypeURL, Value: s}
+				return []*hcmpb.HttpFilter{filter("r", mustAny(t, ts), false)}
+			},
+			wantErr: `http_filters[0] ("r"): TypedStruct value is not a valid envoy.extensions.filters.http.router.v3.Router`,
+		},
+		{
+			desc: "malformed config bytes",
+			filters: func(t *testing.T) []*hcmpb.HttpFilter {
+				return []*hcmpb.HttpFilter{filter("r", &anypb.Any{TypeUrl: RouterTypeURL, Value: []byte{0xff}}, false)}
+			},
+			wantErr: `http_filters[0] ("r"): malformed envoy.extensions.filters.http.router.v3.Router`,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			p, _ := newTestParser()
+			got, err := p.HTTPFilters(tc.filters(t))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("HTTPFilters() error = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("HTTPFilters() error = %v, want nil", err)
+			}
+			var names []string
+			for _, in := range got {
+				names = append(names, in.Name)
+			}
+			if strings.Join(names, ",") != strings.Join(tc.wantNames, ",") {
+				t.Fatalf("HTTPFilters() names = %v, want %v", names, tc.wantNames)
+			}
+		})
+	}
+}
+
+func TestParserMemoizesIdenticalConfigs(t *testing.T) {
+	p, parses := newTestParser()
+	list := func() []*hcmpb.HttpFilter {
+		return []*hcmpb.HttpFilter{filter("a", mustAny(t, wrapperspb.String("same")), false), router(t)}
+	}
+	first, err := p.HTTPFilters(list())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 999 {
+		if _, err := p.HTTPFilters(list()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if *parses != 1 {
+		t.Errorf("test filter parsed %d times for 1000 identical configs, want 1", *parses)
+	}
+	again, _ := p.HTTPFilters(list())
+	if again[0].Config != first[0].Config {
+		t.Errorf("identical configs gave different Config values: %v vs %v", again[0].Config, first[0].Config)
+	}
+	other, _ := p.HTTPFilters([]*hcmpb.HttpFilter{filter("a", mustAny(t, wrapperspb.String("other")), false), router(t)})
+	if other[0].Config != "other" {
+		t.Errorf("different config parsed to %v, want %q", other[0].Config, "other")
+	}
+}
+
+func TestOverrides(t *testing.T) {
+	fault := mustAny(t, &faultpb.HTTPFault{})
+	wrap := func(a *anypb.Any, optional bool) *anypb.Any {
+		return mustAny(t, &routepb.FilterConfig{Config: a, IsOptional: optional})
+	}
+	tests := []struct {
+		desc    string
+		in      map[string]*anypb.Any
+		want    map[string]Config
+		wantErr string
+	}{
+		{desc: "empty", in: nil, want: nil},
+		{
+			desc: "override of a known filter",
+			in:   map[string]*anypb.Any{"a": mustAny(t, wrapperspb.UInt32(7))},
+			want: map[string]Config{"a": uint32(7)},
+		},
+		{
+			desc: "inside FilterConfig",
+			in:   map[string]*anypb.Any{"a": wrap(mustAny(t, wrapperspb.UInt32(8)), false)},
+			want: map[string]Config{"a": uint32(8)},
+		},
+		{
+			desc: "unknown optional override is skipped",
+			in:   map[string]*anypb.Any{"fault": wrap(fault, true)},
+			want: nil,
+		},
+		{
+			desc:    "unknown required override",
+			in:      map[string]*anypb.Any{"fault": fault},
+			wantErr: `typed_per_filter_config["fault"]: unsupported filter override config type`,
+		},
+		{
+			desc:    "unknown override in FilterConfig without is_optional",
+			in:      map[string]*anypb.Any{"fault": wrap(fault, false)},
+			wantErr: `typed_per_filter_config["fault"]: unsupported filter override config type`,
+		},
+		{
+			desc:    "top-level type given as override to a filter that takes another type",
+			in:      map[string]*anypb.Any{"r": mustAny(t, &routerpb.Router{})},
+			wantErr: `typed_per_filter_config["r"]: the router filter does not take per-route overrides`,
+		},
+		{
+			desc:    "FilterConfig disabled",
+			in:      map[string]*anypb.Any{"a": mustAny(t, &routepb.FilterConfig{Config: mustAny(t, wrapperspb.UInt32(1)), Disabled: true})},
+			wantErr: `typed_per_filter_config["a"]: FilterConfig.disabled is not supported`,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			p, _ := newTestParser()
+			got, err := p.Overrides(tc.in)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Overrides() error = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Overrides() error = %v, want nil", err)
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("Overrides() = %v, want %v", got, tc.want)
+			}
+			for k, v := range tc.want {
+				if got[k] != v {
+					t.Errorf("Overrides()[%q] = %v, want %v", k, got[k], v)
+				}
+			}
+		})
+	}
+}
+
+func TestUnmarshalToChecksType(t *testing.T) {
+	raw := RawConfig{TypeURL: RouterTypeURL, Any: mustAny(t, &routerpb.Router{})}
+	if err := raw.UnmarshalTo(&wrapperspb.StringValue{}); err == nil || !strings.Contains(err.Error(), "want") {
+		t.Fatalf("UnmarshalTo(wrong type) error = %v, want a type mismatch", err)
+	}
+	if err := raw.UnmarshalTo(&routerpb.Router{}); err != nil {
+		t.Fatalf("UnmarshalTo(right type) error = %v", err)
+	}
+}
+
+func TestOverrideInTypedStructMustFitType(t *testing.T) {
+	// google.protobuf.UInt32Value's JSON form is a bare number, so no Struct
+	// can hold it: the override must be rejected with a clear reason.
+	p, _ := newTestParser()
+	in := map[string]*anypb.Any{"a": mustAny(t, &udpatypepb.TypedStruct{
+		TypeUrl: testOverrideURL,
+		Value:   &structpb.Struct{Fields: map[string]*structpb.Value{"value": structpb.NewNumberValue(9)}},
+	})}
+	if _, err := p.Overrides(in); err == nil || !strings.Contains(err.Error(), "TypedStruct value is not a valid google.protobuf.UInt32Value") {
+		t.Fatalf("Overrides() error = %v, want a TypedStruct decoding error", err)
+	}
+}
