@@ -1,0 +1,185 @@
+package matcher
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	matcherpb "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+)
+
+// Headers is the request metadata a HeaderMatcher reads. Keys are
+// lower-case; Get returns every value of a header, in order, and nothing when
+// it is absent. grpc's metadata.MD satisfies it.
+type Headers interface {
+	Get(key string) []string
+}
+
+// defaultContentType is what gRFC A28 tells route selection to assume when
+// the content-type header has not been added yet.
+const defaultContentType = "application/grpc"
+
+// headerKind is the kind of a HeaderMatcher.
+type headerKind uint8
+
+const (
+	headerString  headerKind = iota // match the value with a StringMatcher
+	headerRange                     // parse the value as an int64 in [start, end)
+	headerPresent                   // check presence only
+)
+
+// HeaderMatcher is a compiled envoy.config.route.v3.HeaderMatcher. It is
+// immutable.
+type HeaderMatcher struct {
+	name           string // lower-case
+	kind           headerKind
+	str            StringMatcher // headerString
+	start, end     int64         // headerRange
+	present        bool          // headerPresent: match when presence equals this
+	invert         bool
+	missingAsEmpty bool
+	// hidden is set for names that route selection must treat as absent
+	// (gRFC A28): binary, pseudo and reserved headers.
+	hidden bool
+}
+
+// NewHeaderMatcher compiles m. The name must be non-empty and free of NUL,
+// CR and LF (Envoy's rules); it is lower-cased, as header names are
+// case-insensitive. Exactly one header_match_specifier must be set: the
+// deprecated exact/prefix/suffix/contains/safe_regex fields, string_match,
+// range_match (start <= end) or present_match. Errors name the field relative
+// to the HeaderMatcher.
+func NewHeaderMatcher(m *routepb.HeaderMatcher) (HeaderMatcher, error) {
+	name := m.GetName()
+	if name == "" {
+		return HeaderMatcher{}, errors.New("name: empty, want a header name")
+	}
+	if strings.ContainsAny(name, "\x00\r\n") {
+		return HeaderMatcher{}, fmt.Errorf("name: %q contains NUL, CR or LF", name)
+	}
+	hm := HeaderMatcher{
+		name:           lowerASCII(name),
+		invert:         m.GetInvertMatch(),
+		missingAsEmpty: m.GetTreatMissingHeaderAsEmpty(),
+	}
+	hm.hidden = isHiddenHeader(hm.name)
+	var err error
+	switch s := m.GetHeaderMatchSpecifier().(type) {
+	case *routepb.HeaderMatcher_ExactMatch:
+		hm.str = StringMatcher{kind: kindExact, pattern: s.ExactMatch}
+	case *routepb.HeaderMatcher_PrefixMatch:
+		hm.str, err = deprecatedMatcher("prefix_match", kindPrefix, s.PrefixMatch)
+	case *routepb.HeaderMatcher_SuffixMatch:
+		hm.str, err = deprecatedMatcher("suffix_match", kindSuffix, s.SuffixMatch)
+	case *routepb.HeaderMatcher_ContainsMatch:
+		hm.str, err = deprecatedMatcher("contains_match", kindContains, s.ContainsMatch)
+	case *routepb.HeaderMatcher_SafeRegexMatch:
+		re, rerr := CompileRegex(s.SafeRegexMatch)
+		if rerr != nil {
+			return HeaderMatcher{}, fmt.Errorf("safe_regex_match.%w", rerr)
+		}
+		hm.str = StringMatcher{kind: kindRegex, re: re}
+	case *routepb.HeaderMatcher_StringMatch:
+		hm.str, err = NewStringMatcher(s.StringMatch)
+		if err != nil {
+			err = fmt.Errorf("string_match.%w", err)
+		}
+	case *routepb.HeaderMatcher_RangeMatch:
+		hm.kind = headerRange
+		hm.start, hm.end = s.RangeMatch.GetStart(), s.RangeMatch.GetEnd()
+		if hm.start > hm.end {
+			err = fmt.Errorf("range_match: start %d is greater than end %d", hm.start, hm.end)
+		}
+	case *routepb.HeaderMatcher_PresentMatch:
+		hm.kind, hm.present = headerPresent, s.PresentMatch
+	default:
+		err = errors.New("header_match_specifier: unset, want one of exact_match, safe_regex_match, range_match, present_match, prefix_match, suffix_match, contains_match, string_match")
+	}
+	if err != nil {
+		return HeaderMatcher{}, err
+	}
+	return hm, nil
+}
+
+// deprecatedMatcher builds the StringMatcher of a deprecated HeaderMatcher
+// field, which Envoy requires to be non-empty.
+func deprecatedMatcher(field string, kind stringKind, pattern string) (StringMatcher, error) {
+	if pattern == "" {
+		return StringMatcher{}, fmt.Errorf("%s: empty, want at least 1 character", field)
+	}
+	return StringMatcher{kind: kind, pattern: pattern}, nil
+}
+
+// isHiddenHeader reports whether route selection must behave as if the
+// header were absent. gRFC A28 ("Note that only custom metadata is
+// considered during header matching"): transport headers are not visible,
+// except content-type; and "we will explicitly exclude headers with a `-bin`
+// suffix from matching (i.e., we will behave as if the header is not present,
+// even if it actually is)". The transport headers of a gRPC request
+// (PROTOCOL-HTTP2 "Call-Definition") are the pseudo-headers, te, user-agent
+// and the grpc- headers; names starting with "grpc-" are reserved for gRPC
+// and are never custom metadata.
+func isHiddenHeader(name string) bool {
+	return strings.HasSuffix(name, "-bin") ||
+		strings.HasPrefix(name, ":") ||
+		strings.HasPrefix(name, "grpc-") ||
+		name == "te" || name == "user-agent"
+}
+
+// Name returns the header name the matcher reads, lower-cased.
+func (m *HeaderMatcher) Name() string { return m.name }
+
+// Match reports whether the headers match. Several values of the header are
+// joined with "," first, as in Envoy and gRFC A28. A header that is absent
+// (or hidden, see isHiddenHeader) matches only a present_match of false, or
+// of true when inverted; other matchers fail on it even when inverted, unless
+// treat_missing_header_as_empty is set. content-type, when absent, is taken to
+// be "application/grpc" (gRFC A28). Match allocates only to join a header
+// with several values.
+func (m *HeaderMatcher) Match(h Headers) bool {
+	var vals []string
+	if !m.hidden {
+		vals = h.Get(m.name)
+	}
+	var v string
+	switch {
+	case len(vals) == 1:
+		v = vals[0]
+	case len(vals) > 1:
+		v = strings.Join(vals, ",")
+	case m.name == "content-type":
+		v = defaultContentType
+	case m.missingAsEmpty:
+		v = ""
+	default:
+		// Absent: Envoy's rule, kept by gRPC.
+		return m.kind == headerPresent && m.present == m.invert
+	}
+	var ok bool
+	switch m.kind {
+	case headerPresent:
+		ok = m.present
+	case headerRange:
+		n, err := strconv.ParseInt(v, 10, 64)
+		ok = err == nil && m.start <= n && n < m.end
+	default:
+		ok = m.str.Match(v)
+	}
+	return ok != m.invert
+}
+
+// NewStringMatchers compiles a list of StringMatchers, naming the failing one
+// by its index (`[2].prefix: ...`).
+func NewStringMatchers(ms []*matcherpb.StringMatcher) ([]StringMatcher, error) {
+	out := make([]StringMatcher, len(ms))
+	for i, m := range ms {
+		sm, err := NewStringMatcher(m)
+		if err != nil {
+			return nil, fmt.Errorf("[%d].%w", i, err)
+		}
+		out[i] = sm
+	}
+	return out, nil
+}
