@@ -38,7 +38,7 @@ type Config struct {
 	ServerListenerResourceNameTemplate string
 
 	// ClientDefaultListenerResourceNameTemplate is the template for client
-	// Listener names without an authority. Defaults to "%s".
+	// Listener names without an authority. "%s" when absent, null or empty.
 	ClientDefaultListenerResourceNameTemplate string
 
 	// CertProviders maps a certificate provider instance name to its
@@ -53,7 +53,31 @@ type Config struct {
 // make identical xDS clients (same servers, node, authorities, templates and
 // certificate providers), whatever the formatting of their source JSON. It is
 // the key of the process-wide xDS client pool.
-func (c *Config) Key() string { return c.key }
+//
+// Configs from Parse carry their key. For a Config built by hand (in tests),
+// Key computes it on each call from the exported fields.
+func (c *Config) Key() string {
+	if c.key != "" {
+		return c.key
+	}
+	return c.canonicalKey()
+}
+
+// ServersFor returns the management servers for resources of the named
+// authority (gRFC A47): the authority's own XDSServers, or the top-level
+// XDSServers when it lists none. ok is false when the bootstrap has no such
+// authority, which gRFC A47 makes an error for xdstp:// resource names. Names
+// without an authority (not xdstp://) use c.XDSServers directly.
+func (c *Config) ServersFor(authority string) (servers []*ServerConfig, ok bool) {
+	a, ok := c.Authorities[authority]
+	if !ok || a == nil {
+		return nil, false
+	}
+	if len(a.XDSServers) > 0 {
+		return a.XDSServers, true
+	}
+	return c.XDSServers, true
+}
 
 // ServerConfig is one management server.
 type ServerConfig struct {
@@ -103,15 +127,20 @@ const (
 type ChannelCreds struct {
 	// Type is CredsInsecure or CredsTLS.
 	Type string
-	// Config is the raw "config" object of the entry, or nil.
+	// Config is the raw "config" object of the entry as written in the
+	// bootstrap, or nil when absent or null. Informational: Type and TLS say
+	// everything this library uses.
 	Config json.RawMessage
 	// TLS is set when Type is CredsTLS: the gRFC A65 configuration. Empty
 	// file names mean "use the system roots" (CA) or "no client certificate".
 	TLS *TLSCreds
 }
 
+// equal compares Type and TLS. Config is not compared: for the supported
+// types it holds nothing beyond them (only spelling, unknown members), and
+// Config.Key ignores it in the same way.
 func (c ChannelCreds) equal(o ChannelCreds) bool {
-	if c.Type != o.Type || string(c.Config) != string(o.Config) {
+	if c.Type != o.Type {
 		return false
 	}
 	if c.TLS == nil || o.TLS == nil {
@@ -122,21 +151,29 @@ func (c ChannelCreds) equal(o ChannelCreds) bool {
 
 // TLSCreds is the config of "tls" channel credentials (gRFC A65).
 type TLSCreds struct {
+	// CACertificateFile is the PEM file of roots that verify the server;
+	// empty means the system roots.
 	CACertificateFile string
-	CertificateFile   string
-	PrivateKeyFile    string
+	// CertificateFile is the PEM file of the client certificate chain. Set
+	// together with PrivateKeyFile (mTLS) or both empty (TLS only).
+	CertificateFile string
+	// PrivateKeyFile is the PEM file of the client private key.
+	PrivateKeyFile string
 	// RefreshInterval is how often the files are re-read; 10 minutes when
-	// absent from the bootstrap.
+	// absent from the bootstrap. Always positive.
 	RefreshInterval time.Duration
 }
 
 // Authority is one entry of the bootstrap's "authorities" (gRFC A47).
 type Authority struct {
-	// ClientListenerResourceNameTemplate; defaults to
-	// "xdstp://<authority>/envoy.config.listener.v3.Listener/%s".
+	// ClientListenerResourceNameTemplate is the template for client Listener
+	// names of this authority. It starts with "xdstp://<authority>/" (raw or
+	// percent-encoded name); when absent, null or empty in the bootstrap it
+	// is "xdstp://<percent-encoded authority>/envoy.config.listener.v3.Listener/%s".
 	ClientListenerResourceNameTemplate string
-	// XDSServers of this authority; empty means "use the top-level
-	// XDSServers".
+	// XDSServers of this authority, in order of preference (gRFC A71); nil
+	// (also for an empty list) means "use the top-level XDSServers", see
+	// Config.ServersFor.
 	XDSServers []*ServerConfig
 }
 
@@ -144,7 +181,8 @@ type Authority struct {
 type CertProviderConfig struct {
 	// PluginName as given in the bootstrap, e.g. "file_watcher".
 	PluginName string
-	// Config is the raw "config" object.
+	// Config is the raw "config" object as written, or nil when absent or
+	// null.
 	Config json.RawMessage
 	// FileWatcher is the parsed and validated config when PluginName is
 	// "file_watcher"; nil for other plugins.
@@ -152,10 +190,19 @@ type CertProviderConfig struct {
 }
 
 // FileWatcherConfig is the config of the "file_watcher" certificate provider.
+//
+// At least one of CertificateFile (with PrivateKeyFile) and
+// CACertificateFile is set.
 type FileWatcherConfig struct {
-	CertificateFile   string
-	PrivateKeyFile    string
+	// CertificateFile is the PEM identity certificate chain; set together
+	// with PrivateKeyFile, or both empty.
+	CertificateFile string
+	// PrivateKeyFile is the PEM private key of CertificateFile.
+	PrivateKeyFile string
+	// CACertificateFile is the PEM trust bundle; empty when the provider
+	// only supplies an identity.
 	CACertificateFile string
-	// RefreshInterval; 10 minutes when absent.
+	// RefreshInterval is how often the files are re-read; 10 minutes when
+	// absent. Always positive.
 	RefreshInterval time.Duration
 }

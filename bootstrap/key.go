@@ -1,0 +1,142 @@
+package bootstrap
+
+import (
+	"bytes"
+	"encoding/json"
+	"time"
+
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
+)
+
+// The canonical form of a Config, encoded as JSON to make its Key. It holds
+// the parsed values, not the source text, so the key does not depend on
+// whitespace, member order, escapes, unknown fields or equivalent spellings
+// (such as "600s" and "600.0s"). Maps are encoded by encoding/json in sorted
+// key order. Order of lists is kept: it is meaningful for xds_servers, and
+// ServerConfig.Equal treats server_features the same way.
+type canonConfig struct {
+	Servers        []canonServer             `json:"servers"`
+	Node           []byte                    `json:"node"`
+	Authorities    map[string]canonAuthority `json:"authorities,omitempty"`
+	ServerTemplate string                    `json:"server_template"`
+	ClientTemplate string                    `json:"client_template"`
+	Providers      map[string]canonProvider  `json:"providers,omitempty"`
+}
+
+type canonServer struct {
+	URI      string     `json:"uri"`
+	Creds    string     `json:"creds"`
+	TLS      *canonCert `json:"tls,omitempty"`
+	Features []string   `json:"features,omitempty"`
+}
+
+type canonAuthority struct {
+	Template string        `json:"template"`
+	Servers  []canonServer `json:"servers,omitempty"`
+}
+
+type canonProvider struct {
+	Plugin      string          `json:"plugin"`
+	FileWatcher *canonCert      `json:"file_watcher,omitempty"`
+	Config      json.RawMessage `json:"config,omitempty"`
+}
+
+type canonCert struct {
+	CA      string        `json:"ca,omitempty"`
+	Cert    string        `json:"cert,omitempty"`
+	Key     string        `json:"key,omitempty"`
+	Refresh time.Duration `json:"refresh"`
+}
+
+// canonicalKey returns the value of Key for c.
+func (c *Config) canonicalKey() string {
+	k := canonConfig{
+		Servers:        canonServers(c.XDSServers),
+		Node:           canonNode(c.Node),
+		ServerTemplate: c.ServerListenerResourceNameTemplate,
+		ClientTemplate: c.ClientDefaultListenerResourceNameTemplate,
+	}
+	if len(c.Authorities) > 0 {
+		k.Authorities = make(map[string]canonAuthority, len(c.Authorities))
+		for name, a := range c.Authorities {
+			if a == nil {
+				continue
+			}
+			k.Authorities[name] = canonAuthority{Template: a.ClientListenerResourceNameTemplate, Servers: canonServers(a.XDSServers)}
+		}
+	}
+	if len(c.CertProviders) > 0 {
+		k.Providers = make(map[string]canonProvider, len(c.CertProviders))
+		for name, p := range c.CertProviders {
+			if p == nil {
+				continue
+			}
+			cp := canonProvider{Plugin: p.PluginName}
+			if fw := p.FileWatcher; fw != nil {
+				cp.FileWatcher = &canonCert{CA: fw.CACertificateFile, Cert: fw.CertificateFile, Key: fw.PrivateKeyFile, Refresh: fw.RefreshInterval}
+			} else {
+				cp.Config = canonJSON(p.Config)
+			}
+			k.Providers[name] = cp
+		}
+	}
+	b, err := json.Marshal(k)
+	if err != nil {
+		// Not reached: every field of canonConfig can be encoded.
+		panic("bootstrap: encoding the config key: " + err.Error())
+	}
+	return string(b)
+}
+
+// canonServers returns the canonical form of servers. The raw credentials
+// config is left out: for the supported types it says nothing beyond Type and
+// TLS.
+func canonServers(servers []*ServerConfig) []canonServer {
+	if len(servers) == 0 {
+		return nil
+	}
+	out := make([]canonServer, 0, len(servers))
+	for _, s := range servers {
+		if s == nil {
+			continue
+		}
+		cs := canonServer{URI: s.ServerURI, Creds: s.ChannelCreds.Type, Features: s.ServerFeatures}
+		if t := s.ChannelCreds.TLS; t != nil {
+			cs.TLS = &canonCert{CA: t.CACertificateFile, Cert: t.CertificateFile, Key: t.PrivateKeyFile, Refresh: t.RefreshInterval}
+		}
+		out = append(out, cs)
+	}
+	return out
+}
+
+// canonNode returns the deterministic wire encoding of n. Two Nodes that are
+// proto.Equal encode alike within one binary, which is all a pool key needs.
+func canonNode(n proto.Message) []byte {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(n)
+	if err != nil {
+		// Only a hand-built Node with invalid UTF-8 gets here; the text
+		// format sorts map entries too.
+		return []byte(prototext.MarshalOptions{}.Format(n))
+	}
+	return b
+}
+
+// canonJSON re-encodes raw compactly with object members sorted by name and
+// numbers kept as written, or returns raw unchanged if it does not decode.
+func canonJSON(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return raw
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return raw
+	}
+	return b
+}

@@ -1,0 +1,230 @@
+package bootstrap
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/proxyless-grpc/xds/internal/version"
+)
+
+// Values this library puts in the Node it sends (gRFC A27: these are set by
+// the client, never taken from the bootstrap).
+const (
+	// UserAgentName is the Node's user_agent_name.
+	UserAgentName = "proxyless-grpc-go"
+	// ClientFeatureNoOverprovisioning is a Node client feature: the client
+	// does not apply the EDS overprovisioning factor.
+	ClientFeatureNoOverprovisioning = "envoy.lb.does_not_support_overprovisioning"
+	// ClientFeatureResourceInSotW is a Node client feature: the client
+	// accepts resources wrapped in envoy.service.discovery.v3.Resource in
+	// state-of-the-world responses.
+	ClientFeatureResourceInSotW = "xds.config.resource-in-sotw"
+)
+
+// Server features understood in a server's "server_features". Others are
+// accepted and ignored.
+const (
+	// ServerFeatureIgnoreResourceDeletion sets
+	// ServerConfig.IgnoreResourceDeletion (gRFC A53).
+	ServerFeatureIgnoreResourceDeletion = "ignore_resource_deletion"
+	// ServerFeatureXDSv3 is accepted for compatibility; v3 is the only
+	// transport version this library speaks (gRFC A30).
+	ServerFeatureXDSv3 = "xds_v3"
+)
+
+// DefaultClientListenerResourceNameTemplate is the value of
+// Config.ClientDefaultListenerResourceNameTemplate when the bootstrap has none.
+const DefaultClientListenerResourceNameTemplate = "%s"
+
+// Parse parses and validates a bootstrap document (gRFC A27, A47, A65, A71,
+// and the certificate_providers of A29) into a Config.
+//
+// Unknown fields are ignored, at the top level and in every object. A field
+// whose value is null is treated as absent. On failure the error is an *Error
+// whose Field names the JSON path of the problem.
+//
+// Parse does no I/O: file names in the bootstrap are checked for presence,
+// not read. The returned Config shares no memory with data.
+func Parse(data []byte) (*Config, error) {
+	var raw json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, &Error{Err: fmt.Errorf("invalid JSON: %w", err)}
+	}
+	top, err := decodeObject("", raw)
+	if err != nil {
+		return nil, err
+	}
+	c := &Config{}
+	serversRaw, ok := top.get("xds_servers")
+	if !ok {
+		return nil, missing("xds_servers")
+	}
+	if c.XDSServers, err = parseServers("xds_servers", serversRaw, true); err != nil {
+		return nil, err
+	}
+	if c.Node, err = parseNode(top); err != nil {
+		return nil, err
+	}
+	if c.Authorities, err = parseAuthorities(top); err != nil {
+		return nil, err
+	}
+	if c.ServerListenerResourceNameTemplate, err = top.str("", "server_listener_resource_name_template"); err != nil {
+		return nil, err
+	}
+	if c.ClientDefaultListenerResourceNameTemplate, err = top.str("", "client_default_listener_resource_name_template"); err != nil {
+		return nil, err
+	}
+	if c.ClientDefaultListenerResourceNameTemplate == "" {
+		c.ClientDefaultListenerResourceNameTemplate = DefaultClientListenerResourceNameTemplate
+	}
+	if c.CertProviders, err = parseCertProviders(top); err != nil {
+		return nil, err
+	}
+	c.key = c.canonicalKey()
+	return c, nil
+}
+
+// parseServers parses a list of servers at path: the top-level xds_servers
+// (required, so an empty list is an error) or an authority's (where an empty
+// list means "use the top-level servers" and nil is returned).
+func parseServers(path string, raw json.RawMessage, required bool) ([]*ServerConfig, error) {
+	list, err := decodeArray(path, raw)
+	if err != nil {
+		return nil, err
+	}
+	if len(list) == 0 {
+		if required {
+			return nil, fieldError(path, fmt.Errorf("%w: the list is empty", ErrMissingField))
+		}
+		return nil, nil
+	}
+	servers := make([]*ServerConfig, len(list))
+	for i, raw := range list {
+		if servers[i], err = parseServer(index(path, i), raw); err != nil {
+			return nil, err
+		}
+	}
+	return servers, nil
+}
+
+// parseServer parses one entry of an xds_servers list.
+func parseServer(path string, raw json.RawMessage) (*ServerConfig, error) {
+	o, err := decodeObject(path, raw)
+	if err != nil {
+		return nil, err
+	}
+	s := &ServerConfig{}
+	if s.ServerURI, err = o.str(path, "server_uri"); err != nil {
+		return nil, err
+	}
+	if s.ServerURI == "" {
+		return nil, missing(join(path, "server_uri"))
+	}
+	if s.ChannelCreds, err = parseChannelCreds(join(path, "channel_creds"), o); err != nil {
+		return nil, err
+	}
+	featuresRaw, ok := o.get("server_features")
+	if !ok {
+		return s, nil
+	}
+	featuresPath := join(path, "server_features")
+	list, err := decodeArray(featuresPath, featuresRaw)
+	if err != nil {
+		return nil, err
+	}
+	if len(list) > 0 {
+		s.ServerFeatures = make([]string, len(list))
+	}
+	for i, raw := range list {
+		if s.ServerFeatures[i], err = decodeString(index(featuresPath, i), raw); err != nil {
+			return nil, err
+		}
+		if s.ServerFeatures[i] == ServerFeatureIgnoreResourceDeletion {
+			s.IgnoreResourceDeletion = true
+		}
+	}
+	return s, nil
+}
+
+// parseNode parses the optional "node" with protojson, ignoring unknown
+// fields, and overwrites the fields that gRFC A27 reserves to the client.
+func parseNode(top object) (*corepb.Node, error) {
+	n := &corepb.Node{}
+	if raw, ok := top.get("node"); ok {
+		if jsonKind(raw) != kindObject {
+			return nil, wrongType("node", kindObject, raw)
+		}
+		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(raw, n); err != nil {
+			return nil, fieldError("node", err)
+		}
+	}
+	n.UserAgentName = UserAgentName
+	n.UserAgentVersionType = &corepb.Node_UserAgentVersion{UserAgentVersion: version.Version()}
+	n.ClientFeatures = []string{ClientFeatureNoOverprovisioning, ClientFeatureResourceInSotW}
+	return n, nil
+}
+
+// parseAuthorities parses the optional "authorities" map (gRFC A47). An empty
+// map is returned as nil, like an absent one.
+func parseAuthorities(top object) (map[string]*Authority, error) {
+	const path = "authorities"
+	m, err := top.obj("", path)
+	if err != nil || len(m) == 0 {
+		return nil, err
+	}
+	out := make(map[string]*Authority, len(m))
+	for _, name := range m.sortedKeys() {
+		if out[name], err = parseAuthority(mapKey(path, name), name, m[name]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// parseAuthority parses the entry of the authority name at path.
+func parseAuthority(path, name string, raw json.RawMessage) (*Authority, error) {
+	o, err := decodeObject(path, raw)
+	if err != nil {
+		return nil, err
+	}
+	a := &Authority{}
+	const tmplField = "client_listener_resource_name_template"
+	if a.ClientListenerResourceNameTemplate, err = o.str(path, tmplField); err != nil {
+		return nil, err
+	}
+	escaped := escapeAuthority(name)
+	switch tmpl := a.ClientListenerResourceNameTemplate; {
+	case tmpl == "":
+		a.ClientListenerResourceNameTemplate = "xdstp://" + escaped + "/envoy.config.listener.v3.Listener/%s"
+	case !strings.HasPrefix(tmpl, "xdstp://"+name+"/") && !strings.HasPrefix(tmpl, "xdstp://"+escaped+"/"):
+		return nil, fieldError(join(path, tmplField),
+			fmt.Errorf("%w %q: must start with %q", ErrInvalidValue, tmpl, "xdstp://"+escaped+"/"))
+	}
+	if raw, ok := o.get("xds_servers"); ok {
+		if a.XDSServers, err = parseServers(join(path, "xds_servers"), raw, false); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// escapeAuthority percent-encodes an authority name for the authority part
+// of an xdstp:// URI: unreserved characters, sub-delims, ':' and '@' (RFC
+// 3986 section 3.2) are kept, every other byte is encoded.
+func escapeAuthority(name string) string {
+	const keep = "-._~!$&'()*+,;=:@"
+	var b strings.Builder
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte(keep, c) >= 0 {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
+}
