@@ -200,3 +200,32 @@ func containsFoldASCII(s, lower string) bool {
 	}
 	return false
 }
+
+// NewExactMatcher returns a matcher of the whole string s, ignoring ASCII
+// case if ignoreCase is set. Unlike a StringMatcher proto, s may be empty.
+func NewExactMatcher(s string, ignoreCase bool) StringMatcher {
+	if ignoreCase {
+		s = lowerASCII(s)
+	}
+	return StringMatcher{kind: kindExact, pattern: s, ignoreCase: ignoreCase}
+}
+
+// NewPrefixMatcher returns a matcher of strings starting with prefix,
+// ignoring ASCII case if ignoreCase is set. Unlike a StringMatcher proto,
+// prefix may be empty; it then matches every string.
+func NewPrefixMatcher(prefix string, ignoreCase bool) StringMatcher {
+	if ignoreCase {
+		prefix = lowerASCII(prefix)
+	}
+	return StringMatcher{kind: kindPrefix, pattern: prefix, ignoreCase: ignoreCase}
+}
+
+// NewRegexMatcher compiles a RegexMatcher into a full-match StringMatcher;
+// see CompileRegex.
+func NewRegexMatcher(m *matcherpb.RegexMatcher) (StringMatcher, error) {
+	re, err := CompileRegex(m)
+	if err != nil {
+		return StringMatcher{}, err
+	}
+	return StringMatcher{kind: kindRegex, re: re}, nil
+}

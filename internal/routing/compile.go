@@ -1,0 +1,290 @@
+package routing
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+
+	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
+	"github.com/proxyless-grpc/xds/internal/httpfilter"
+	"github.com/proxyless-grpc/xds/internal/matcher"
+)
+
+// location names where a validation error is, for its message: the virtual
+// host and route by name, and the field by its path from the
+// RouteConfiguration (virtual_hosts[0].routes[2].match.safe_regex).
+type location struct {
+	vh     int
+	vhName string
+	route  int // -1 for a field of the virtual host
+	rName  string
+}
+
+// path returns the path of field, relative to the virtual host or route;
+// an empty field names the virtual host or route itself.
+func (l location) path(field string) string {
+	base := fmt.Sprintf("virtual_hosts[%d]", l.vh)
+	if l.route >= 0 {
+		base += fmt.Sprintf(".routes[%d]", l.route)
+	}
+	if field == "" {
+		return base
+	}
+	return base + "." + field
+}
+
+// names returns the names of the virtual host and route.
+func (l location) names() string {
+	s := fmt.Sprintf("virtual host %q", l.vhName)
+	if l.route >= 0 && l.rName != "" {
+		s += fmt.Sprintf(", route %q", l.rName)
+	}
+	return s
+}
+
+// errorf returns an error about field.
+func (l location) errorf(field, format string, args ...any) error {
+	return fmt.Errorf("%s: %s: %s", l.names(), l.path(field), fmt.Sprintf(format, args...))
+}
+
+// wrap returns err, whose text starts with a field path relative to field,
+// prefixed with where field is.
+func (l location) wrap(field string, err error) error {
+	return fmt.Errorf("%s: %s.%w", l.names(), l.path(field), err)
+}
+
+// wrapColon is wrap for an err whose text does not start with a field path.
+func (l location) wrapColon(field string, err error) error {
+	return fmt.Errorf("%s: %s: %w", l.names(), l.path(field), err)
+}
+
+func compile(rc *routepb.RouteConfiguration, p *httpfilter.Parser) (*Router, error) {
+	if rc == nil {
+		return nil, errors.New("routing: route configuration is missing")
+	}
+	r := &Router{name: rc.GetName(), vhosts: make([]virtualHost, len(rc.GetVirtualHosts()))}
+	domains := make([][]string, len(rc.GetVirtualHosts()))
+	for i, vhpb := range rc.GetVirtualHosts() {
+		vh, err := compileVirtualHost(i, vhpb, p)
+		if err != nil {
+			return nil, fmt.Errorf("routing: route configuration %q: %w", rc.GetName(), err)
+		}
+		r.vhosts[i] = vh
+		domains[i] = vhpb.GetDomains()
+	}
+	r.domains = newDomainIndex(domains)
+	return r, nil
+}
+
+// compileVirtualHost validates a virtual host and its routes. A virtual host
+// without domains is valid and never matches, as in gRPC's implementations.
+func compileVirtualHost(i int, vhpb *routepb.VirtualHost, p *httpfilter.Parser) (virtualHost, error) {
+	loc := location{vh: i, vhName: vhpb.GetName(), route: -1}
+	// gRFC A39: overrides are validated on virtual hosts and routes.
+	vhOverrides, err := p.Overrides(vhpb.GetTypedPerFilterConfig())
+	if err != nil {
+		return virtualHost{}, loc.wrap("", err)
+	}
+	vh := virtualHost{name: vhpb.GetName()}
+	for j, rpb := range vhpb.GetRoutes() {
+		loc.route, loc.rName = j, rpb.GetName()
+		rt, use, err := compileRoute(loc, rpb, p)
+		if err != nil {
+			return virtualHost{}, err
+		}
+		if !use {
+			continue
+		}
+		rt.out.VirtualHost = vh.name
+		rt.out.FilterOverrides = mergeOverrides(vhOverrides, rt.out.FilterOverrides)
+		vh.routes = append(vh.routes, rt)
+	}
+	return vh, nil
+}
+
+// mergeOverrides returns route's overrides over vh's (gRFC A39: the most
+// specific wins). The maps are shared when one side is empty; none is
+// modified afterwards.
+func mergeOverrides(vh, route map[string]httpfilter.Config) map[string]httpfilter.Config {
+	switch {
+	case len(route) == 0:
+		return vh
+	case len(vh) == 0:
+		return route
+	}
+	m := make(map[string]httpfilter.Config, len(vh)+len(route))
+	maps.Copy(m, vh)
+	maps.Copy(m, route)
+	return m
+}
+
+// compileRoute validates a route. use is false for a valid route that gRFC
+// A28 says to ignore: it never matches.
+func compileRoute(loc location, rpb *routepb.Route, p *httpfilter.Parser) (rt route, use bool, err error) {
+	rt.out = Route{Name: rpb.GetName(), Index: loc.route}
+	matchOK, err := compileMatch(loc, rpb.GetMatch(), &rt)
+	if err != nil {
+		return route{}, false, err
+	}
+	actionOK, err := compileAction(loc, rpb, p, &rt)
+	if err != nil {
+		return route{}, false, err
+	}
+	rt.out.FilterOverrides, err = p.Overrides(rpb.GetTypedPerFilterConfig())
+	if err != nil {
+		return route{}, false, loc.wrap("", err)
+	}
+	return rt, matchOK && actionOK, nil
+}
+
+// compileMatch validates a RouteMatch (gRFC A28 "Response validation", "The
+// route's match field") into rt. use is false when the route is to be
+// ignored because of query_parameters.
+func compileMatch(loc location, m *routepb.RouteMatch, rt *route) (use bool, err error) {
+	// "If the config explicitly sets case_sensitive to false, the client will
+	// do case_insensitive matches". Envoy ignores it for safe_regex.
+	ignoreCase := m.GetCaseSensitive() != nil && !m.GetCaseSensitive().GetValue()
+	switch ps := m.GetPathSpecifier().(type) {
+	case *routepb.RouteMatch_Prefix:
+		rt.path = matcher.NewPrefixMatcher(ps.Prefix, ignoreCase)
+	case *routepb.RouteMatch_Path:
+		rt.path = matcher.NewExactMatcher(ps.Path, ignoreCase)
+	case *routepb.RouteMatch_SafeRegex:
+		// "With safe_regex, the ... max_program_size field will be ignored".
+		rt.path, err = matcher.NewRegexMatcher(ps.SafeRegex)
+		if err != nil {
+			return false, loc.wrap("match.safe_regex", err)
+		}
+	case nil:
+		// "Not having path_specifier will cause a NACK".
+		return false, loc.errorf("match.path_specifier", "unset, want prefix, path or safe_regex")
+	default:
+		// "Options supported: prefix, path or safe_regex" and "Violating any
+		// of the validation causes the response to be rejected (NACK'ed)".
+		return false, loc.errorf("match."+pathSpecifierField(m), "unsupported path specifier, want prefix, path or safe_regex")
+	}
+	for k, hpb := range m.GetHeaders() {
+		hm, err := matcher.NewHeaderMatcher(hpb)
+		if err != nil {
+			return false, loc.wrap(fmt.Sprintf("match.headers[%d]", k), err)
+		}
+		rt.headers = append(rt.headers, hm)
+	}
+	rt.fraction = fractionAll
+	if rf := m.GetRuntimeFraction(); rf != nil {
+		// "only default_value will be used, runtime_key will be ignored".
+		rt.fraction, err = perMillion(rf.GetDefaultValue())
+		if err != nil {
+			return false, loc.wrapColon("match.runtime_fraction.default_value", err)
+		}
+	}
+	// "the entire route containing this will be ignored, regardless of the
+	// other matchers ... because gRPC does not and will not support query
+	// parameters". grpc, tls_context and the fields A28 does not cover are
+	// ignored: "The fields not covered by this section will all be ignored."
+	return len(m.GetQueryParameters()) == 0, nil
+}
+
+// pathSpecifierField names the set path_specifier field.
+func pathSpecifierField(m *routepb.RouteMatch) string {
+	switch m.GetPathSpecifier().(type) {
+	case *routepb.RouteMatch_ConnectMatcher_:
+		return "connect_matcher"
+	case *routepb.RouteMatch_PathSeparatedPrefix:
+		return "path_separated_prefix"
+	case *routepb.RouteMatch_PathMatchPolicy:
+		return "path_match_policy"
+	default:
+		return "path_specifier"
+	}
+}
+
+// perMillion converts a FractionalPercent to parts per million, capped at a
+// million (a numerator above the denominator means always). Envoy requires
+// default_value and a defined denominator.
+func perMillion(f *typepb.FractionalPercent) (uint64, error) {
+	if f == nil {
+		return 0, errors.New("unset, want a FractionalPercent")
+	}
+	n := uint64(f.GetNumerator())
+	switch d := f.GetDenominator(); d {
+	case typepb.FractionalPercent_HUNDRED:
+		n *= 10_000
+	case typepb.FractionalPercent_TEN_THOUSAND:
+		n *= 100
+	case typepb.FractionalPercent_MILLION:
+	default:
+		return 0, fmt.Errorf("denominator: unknown value %d, want HUNDRED, TEN_THOUSAND or MILLION", int32(d))
+	}
+	return min(n, fractionAll), nil
+}
+
+// compileAction validates the route's action. On a server, gRFC A36: "The
+// validation must be updated to allow Route.non_forwarding_action as a valid
+// action" and "a Route with an inappropriate action causes RPCs matching that
+// route ... to fail with UNAVAILABLE", so redirect, direct_response,
+// filter_action and an unset or unknown action are valid and only reported.
+// route keeps A28's client-side rules, because "RouteConfiguration
+// validation logic inherits all previous validations made for client-side
+// usage" (A36); see compileRouteAction. use is false when A28 says to ignore
+// the route.
+func compileAction(loc location, rpb *routepb.Route, p *httpfilter.Parser, rt *route) (use bool, err error) {
+	switch a := rpb.GetAction().(type) {
+	case *routepb.Route_NonForwardingAction:
+		rt.out.Action = ActionNonForwarding
+	case *routepb.Route_Route:
+		rt.out.Action = ActionRoute
+		return compileRouteAction(loc, a.Route, p)
+	case *routepb.Route_Redirect:
+		rt.out.Action = ActionRedirect
+	case *routepb.Route_DirectResponse:
+		rt.out.Action = ActionDirectResponse
+	case *routepb.Route_FilterAction:
+		rt.out.Action = ActionFilter
+	default:
+		rt.out.Action = ActionUnsupported
+	}
+	return true, nil
+}
+
+// compileRouteAction applies gRFC A28's rules for a RouteAction's
+// cluster_specifier. The clusters need not exist: a server never sends to
+// them. cluster is valid; weighted_clusters must have weights summing to
+// more than zero (and to total_weight when that deprecated field is set:
+// "The sum of weights must add up to the total_weight"), and their
+// typed_per_filter_config must be valid (gRFC A39); anything else, unset
+// included, "The route containing this action will be ignored."
+func compileRouteAction(loc location, ra *routepb.RouteAction, p *httpfilter.Parser) (use bool, err error) {
+	switch cs := ra.GetClusterSpecifier().(type) {
+	case *routepb.RouteAction_Cluster:
+		return true, nil
+	case *routepb.RouteAction_WeightedClusters:
+		return true, validateWeightedClusters(loc, cs.WeightedClusters, p)
+	default:
+		return false, nil
+	}
+}
+
+func validateWeightedClusters(loc location, wc *routepb.WeightedCluster, p *httpfilter.Parser) error {
+	if len(wc.GetClusters()) == 0 {
+		return loc.errorf("route.weighted_clusters.clusters", "empty, want at least one cluster")
+	}
+	var sum uint64
+	for k, cw := range wc.GetClusters() {
+		field := fmt.Sprintf("route.weighted_clusters.clusters[%d]", k)
+		sum += uint64(cw.GetWeight().GetValue())
+		if _, err := p.Overrides(cw.GetTypedPerFilterConfig()); err != nil {
+			return loc.wrap(field, err)
+		}
+	}
+	if sum == 0 || sum > math.MaxUint32 {
+		return loc.errorf("route.weighted_clusters.clusters", "weights sum to %d, want more than 0 and at most %d", sum, uint32(math.MaxUint32))
+	}
+	if tw := wc.GetTotalWeight(); tw != nil && uint64(tw.GetValue()) != sum {
+		return loc.errorf("route.weighted_clusters.total_weight", "%d, but the weights sum to %d", tw.GetValue(), sum)
+	}
+	return nil
+}
