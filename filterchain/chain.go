@@ -1,0 +1,327 @@
+package filterchain
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	udpatypepb "github.com/cncf/xds/go/udpa/type/v1"
+	xdstypepb "github.com/cncf/xds/go/xds/type/v3"
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlspb "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/proxyless-grpc/xds/internal/httpfilter"
+	"github.com/proxyless-grpc/xds/internal/routing"
+)
+
+// Type names (type URLs without their prefix) this file recognizes.
+const (
+	hcmTypeName           = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+	downstreamTLSTypeName = "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
+	typedStructV1TypeName = "udpa.type.v1.TypedStruct"
+	typedStructV3TypeName = "xds.type.v3.TypedStruct"
+	tlsTransportSocket    = "envoy.transport_sockets.tls"
+)
+
+// fieldError is an error in one field, named by its path relative to the
+// message being validated. Callers prefix the path as the error travels up.
+type fieldError struct {
+	field string
+	err   error
+}
+
+func (e *fieldError) Error() string { return e.field + ": " + e.err.Error() }
+
+func fieldErrorf(field, format string, args ...any) error {
+	return &fieldError{field: field, err: fmt.Errorf(format, args...)}
+}
+
+// inField puts err, found in the message at path prefix, into a fieldError
+// whose path starts with prefix.
+func inField(prefix string, err error) *fieldError {
+	fe, ok := err.(*fieldError)
+	if !ok {
+		return &fieldError{field: prefix, err: err}
+	}
+	sep := "."
+	if fe.field == "" {
+		return &fieldError{field: prefix, err: fe.err}
+	}
+	if strings.HasPrefix(fe.field, "[") || prefix == "" {
+		sep = ""
+	}
+	return &fieldError{field: prefix + sep + fe.field, err: fe.err}
+}
+
+// chainCompiler validates filter chains of one Listener. It memoizes
+// decoded HttpConnectionManager and TLS configs by their serialized bytes, so
+// that chains sharing a config share the result and pay for it once.
+type chainCompiler struct {
+	parser *httpfilter.Parser
+	hcms   map[string]hcmResult
+	tls    map[string]*tlspb.DownstreamTlsContext
+	budget int // normalized matchers the Listener may still have
+}
+
+type hcmResult struct {
+	hcm *HTTPConnectionManager
+	err error // a fieldError relative to the filter's typed_config
+}
+
+func newChainCompiler(p *httpfilter.Parser) *chainCompiler {
+	return &chainCompiler{parser: p, hcms: map[string]hcmResult{}, tls: map[string]*tlspb.DownstreamTlsContext{}, budget: maxMatchers}
+}
+
+// compile validates one filter chain. For a chain of filter_chains it also
+// normalizes its filter_chain_match; the default chain's match is ignored.
+func (c *chainCompiler) compile(label string, fc *listenerpb.FilterChain, isDefault bool) (*FilterChain, chainSpec, error) {
+	fail := func(err error) (*FilterChain, chainSpec, error) {
+		fe := inField("", err)
+		return nil, chainSpec{}, &ValidationError{Chain: label, Field: fe.field, Err: fe.err}
+	}
+	spec := chainSpec{label: label}
+	if !isDefault {
+		ms, canMatch, err := normalize(fc.GetFilterChainMatch(), &c.budget)
+		if err != nil {
+			return fail(inField("filter_chain_match", err))
+		}
+		spec.matchers, spec.canMatch = ms, canMatch
+	}
+	hcm, err := c.networkFilters(fc.GetFilters())
+	if err != nil {
+		return fail(err)
+	}
+	tls, err := c.transportSocket(fc.GetTransportSocket())
+	if err != nil {
+		return fail(inField("transport_socket", err))
+	}
+	id, err := chainID(fc, isDefault)
+	if err != nil {
+		return fail(err)
+	}
+	spec.chain = &FilterChain{ID: id, Name: fc.GetName(), IsDefault: isDefault, HCM: hcm, TLS: tls}
+	return spec.chain, spec, nil
+}
+
+// chainID hashes the deterministic serialization of the chain's content.
+func chainID(fc *listenerpb.FilterChain, isDefault bool) (string, error) {
+	content := &listenerpb.FilterChain{
+		FilterChainMatch: fc.GetFilterChainMatch(),
+		Filters:          fc.GetFilters(),
+		TransportSocket:  fc.GetTransportSocket(),
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(content)
+	if err != nil {
+		return "", fieldErrorf("filters", "cannot serialize the chain: %v", err)
+	}
+	h := sha256.New()
+	if isDefault {
+		h.Write([]byte("default\x00"))
+	}
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil)[:16]), nil
+}
+
+// networkFilters validates a chain's network filters (gRFC A36, "xDS
+// Protocol"): exactly one, an HttpConnectionManager, which is therefore
+// last, with unique names. Any other filter type is unsupported.
+func (c *chainCompiler) networkFilters(filters []*listenerpb.Filter) (*HTTPConnectionManager, error) {
+	if len(filters) == 0 {
+		return nil, fieldErrorf("filters", "empty, want exactly one HttpConnectionManager")
+	}
+	var hcm *HTTPConnectionManager
+	names := make(map[string]bool, len(filters))
+	for i, f := range filters {
+		field := fmt.Sprintf("filters[%d]", i)
+		if names[f.GetName()] {
+			return nil, fieldErrorf(field+".name", "duplicate network filter name %q", f.GetName())
+		}
+		names[f.GetName()] = true
+		if f.GetConfigDiscovery() != nil {
+			return nil, fieldErrorf(field+".config_discovery", "is not supported, want typed_config")
+		}
+		a := f.GetTypedConfig()
+		if a == nil {
+			return nil, fieldErrorf(field+".typed_config", "is missing")
+		}
+		typ, err := networkFilterType(a)
+		if err != nil {
+			return nil, inField(field+".typed_config", err)
+		}
+		if typ != hcmTypeName {
+			return nil, fieldErrorf(field+".typed_config", "unsupported network filter type %q, want only an HttpConnectionManager", typ)
+		}
+		if hcm != nil {
+			return nil, fieldErrorf(field, "second HttpConnectionManager, want exactly one")
+		}
+		if hcm, err = c.httpConnectionManager(a); err != nil {
+			return nil, inField(field+".typed_config", err)
+		}
+	}
+	return hcm, nil
+}
+
+// typeName strips a type URL's prefix: everything up to the last '/'.
+func typeName(url string) string { return url[strings.LastIndexByte(url, '/')+1:] }
+
+// networkFilterType returns the type name of a network filter config,
+// looking inside a TypedStruct (gRFC A36, "xDS Protocol").
+func networkFilterType(a *anypb.Any) (string, error) {
+	raw, err := unwrapTypedStruct(a)
+	if err != nil {
+		return "", err
+	}
+	return typeName(raw.TypeURL), nil
+}
+
+// unwrapTypedStruct looks through a udpa.type.v1 or xds.type.v3 TypedStruct.
+func unwrapTypedStruct(a *anypb.Any) (httpfilter.RawConfig, error) {
+	var ts interface {
+		proto.Message
+		GetTypeUrl() string
+	}
+	switch typeName(a.GetTypeUrl()) {
+	case typedStructV1TypeName:
+		ts = &udpatypepb.TypedStruct{}
+	case typedStructV3TypeName:
+		ts = &xdstypepb.TypedStruct{}
+	default:
+		return httpfilter.RawConfig{TypeURL: a.GetTypeUrl(), Any: a}, nil
+	}
+	if err := proto.Unmarshal(a.GetValue(), ts); err != nil {
+		return httpfilter.RawConfig{}, fmt.Errorf("malformed %s: %v", typeName(a.GetTypeUrl()), err)
+	}
+	raw := httpfilter.RawConfig{TypeURL: ts.GetTypeUrl()}
+	switch ts := ts.(type) {
+	case *udpatypepb.TypedStruct:
+		raw.Struct = ts.GetValue()
+	case *xdstypepb.TypedStruct:
+		raw.Struct = ts.GetValue()
+	}
+	if raw.Struct == nil {
+		raw.Struct = &structpb.Struct{}
+	}
+	return raw, nil
+}
+
+// httpConnectionManager decodes and validates an HttpConnectionManager
+// config, once per distinct serialized config.
+func (c *chainCompiler) httpConnectionManager(a *anypb.Any) (*HTTPConnectionManager, error) {
+	key := a.GetTypeUrl() + "\x00" + string(a.GetValue())
+	if r, ok := c.hcms[key]; ok {
+		return r.hcm, r.err
+	}
+	hcm, err := c.decodeHCM(a)
+	c.hcms[key] = hcmResult{hcm: hcm, err: err}
+	return hcm, err
+}
+
+func (c *chainCompiler) decodeHCM(a *anypb.Any) (*HTTPConnectionManager, error) {
+	raw, err := unwrapTypedStruct(a)
+	if err != nil {
+		return nil, err
+	}
+	m := &hcmpb.HttpConnectionManager{}
+	if err := raw.UnmarshalTo(m); err != nil {
+		return nil, err
+	}
+	return c.validateHCM(m)
+}
+
+// validateHCM checks the HttpConnectionManager fields that gRFC A36, A39 and
+// A41 constrain, and compiles its HTTP filters and inline routes.
+func (c *chainCompiler) validateHCM(m *hcmpb.HttpConnectionManager) (*HTTPConnectionManager, error) {
+	// gRFC A41: RBAC treats the peer address as the client address, which
+	// holds only if no hop is trusted to rewrite it.
+	if n := m.GetXffNumTrustedHops(); n != 0 {
+		return nil, fieldErrorf("xff_num_trusted_hops", "is %d, want 0", n)
+	}
+	if n := len(m.GetOriginalIpDetectionExtensions()); n != 0 {
+		return nil, fieldErrorf("original_ip_detection_extensions", "has %d entries, want none", n)
+	}
+	filters, err := c.parser.HTTPFilters(m.GetHttpFilters())
+	if err != nil {
+		return nil, err // the parser's message names http_filters[i]
+	}
+	out := &HTTPConnectionManager{Filters: filters}
+	switch rs := m.GetRouteSpecifier().(type) {
+	case *hcmpb.HttpConnectionManager_Rds:
+		if out.RDSName, err = rdsName(rs.Rds); err != nil {
+			return nil, inField("rds", err)
+		}
+	case *hcmpb.HttpConnectionManager_RouteConfig:
+		rc := rs.RouteConfig
+		if rc == nil {
+			rc = &routepb.RouteConfiguration{}
+		}
+		if out.Routes, err = routing.Compile(rc, c.parser); err != nil {
+			return nil, inField("route_config", err)
+		}
+	case *hcmpb.HttpConnectionManager_ScopedRoutes:
+		return nil, fieldErrorf("scoped_routes", "is not supported, want route_config or rds")
+	case nil:
+		return nil, fieldErrorf("route_specifier", "is missing, want route_config or rds")
+	default:
+		return nil, fieldErrorf("route_specifier", "unsupported %T, want route_config or rds", rs)
+	}
+	return out, nil
+}
+
+// rdsName validates an rds route specifier: the RouteConfiguration comes
+// over the ADS stream (ads or self config source) and is named.
+func rdsName(rds *hcmpb.Rds) (string, error) {
+	cs := rds.GetConfigSource()
+	if cs.GetAds() == nil && cs.GetSelf() == nil {
+		return "", fieldErrorf("config_source", "must be ads or self, got %s", describeConfigSource(cs))
+	}
+	name := rds.GetRouteConfigName()
+	if name == "" {
+		return "", fieldErrorf("route_config_name", "is empty")
+	}
+	return name, nil
+}
+
+func describeConfigSource(cs *corepb.ConfigSource) string {
+	if cs == nil {
+		return "nothing"
+	}
+	if s := cs.GetConfigSourceSpecifier(); s != nil {
+		return fmt.Sprintf("%T", s)
+	}
+	return "no config_source_specifier"
+}
+
+// transportSocket decodes a chain's transport socket, which must be TLS
+// with a DownstreamTlsContext (gRFC A29, "LDS for Server Side Security").
+func (c *chainCompiler) transportSocket(ts *corepb.TransportSocket) (*tlspb.DownstreamTlsContext, error) {
+	if ts == nil {
+		return nil, nil
+	}
+	if ts.GetName() != tlsTransportSocket {
+		return nil, fieldErrorf("name", "is %q, want %q", ts.GetName(), tlsTransportSocket)
+	}
+	a := ts.GetTypedConfig()
+	if a == nil {
+		return nil, fieldErrorf("typed_config", "is missing, want a DownstreamTlsContext")
+	}
+	if typeName(a.GetTypeUrl()) != downstreamTLSTypeName {
+		return nil, fieldErrorf("typed_config", "has type %q, want %q", a.GetTypeUrl(), downstreamTLSTypeName)
+	}
+	key := string(a.GetValue())
+	if d, ok := c.tls[key]; ok {
+		return d, nil
+	}
+	d := &tlspb.DownstreamTlsContext{}
+	if err := proto.Unmarshal(a.GetValue(), d); err != nil {
+		return nil, &fieldError{field: "typed_config", err: fmt.Errorf("malformed DownstreamTlsContext: %v", err)}
+	}
+	c.tls[key] = d
+	return d, nil
+}

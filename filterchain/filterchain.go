@@ -1,0 +1,209 @@
+// Package filterchain validates an xDS Listener for a gRPC server and
+// compiles its filter chains into an immutable table that picks the chain of
+// each new connection (gRFC A36, "xDS Protocol" and "FilterChainMatch").
+//
+// Compile is the only constructor. It either returns a precise error, which
+// the caller turns into a NACK of the Listener, or a *Table. A Table and
+// everything reachable from it are immutable and safe for concurrent use;
+// Table.Lookup does not allocate and its cost does not depend on the number
+// of filter chains.
+//
+// The package is pure: it starts no goroutines, does no I/O and does not
+// depend on gRPC.
+package filterchain
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+
+	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	tlspb "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+
+	"github.com/proxyless-grpc/xds/internal/httpfilter"
+	"github.com/proxyless-grpc/xds/internal/routing"
+)
+
+// Options configures Compile. The zero value is ready to use.
+type Options struct {
+	// Filters validates the HTTP filters of every HttpConnectionManager and
+	// of inline route configurations. Use one Parser per Listener decode, so
+	// that identical filter configs are parsed once and shared. nil means
+	// httpfilter.NewParser(nil), a fresh parser over the default registry.
+	Filters *httpfilter.Parser
+}
+
+// Table is a compiled Listener: its address, its filter chains and the
+// structure that selects one of them for a connection. A Table is immutable
+// and safe for concurrent use.
+type Table struct {
+	address      netip.AddrPort
+	chains       []*FilterChain // filter_chains in order, then the default chain
+	defaultChain *FilterChain   // nil when the Listener has none
+	lookup       lookupTable
+}
+
+// Address returns the Listener's socket address, with an IPv4-mapped IPv6
+// address turned into IPv4.
+func (t *Table) Address() netip.AddrPort { return t.address }
+
+// CheckAddress reports, with an *AddressMismatchError, that the Listener's
+// address is not the one the server listens on; the server must then stop
+// serving (gRFC A36, "xDS Protocol"). This is not a reason to NACK. Zones
+// are ignored and IPv4-mapped IPv6 addresses compare equal to IPv4 ones.
+func (t *Table) CheckAddress(listening netip.AddrPort) error {
+	want := netip.AddrPortFrom(listening.Addr().Unmap().WithZone(""), listening.Port())
+	if want != t.address {
+		return &AddressMismatchError{Listener: t.address, Listening: listening}
+	}
+	return nil
+}
+
+// Chains returns every filter chain of the Listener: the entries of
+// filter_chains in order, then the default chain if there is one. Chains
+// that can never match a connection are included. The slice is a copy; the
+// chains are shared and must not be modified.
+func (t *Table) Chains() []*FilterChain { return slices.Clone(t.chains) }
+
+// DefaultChain returns the chain built from default_filter_chain, or nil
+// when the Listener has none.
+func (t *Table) DefaultChain() *FilterChain { return t.defaultChain }
+
+// Lookup returns the filter chain for a connection from src (the peer's
+// address) to dst (the connection's local address), following the order of
+// gRFC A36 "FilterChainMatch" and Envoy: destination IP, source type, source
+// IP, source port, where each stage keeps only the most specific matching
+// candidates and never falls back to less specific ones. When no chain
+// matches it returns the default chain, and nil when there is none (the
+// connection must then be closed without writing to it).
+//
+// IPv4-mapped IPv6 addresses are treated as IPv4. Lookup does not allocate
+// and its cost is bounded by the address length, not the number of chains.
+func (t *Table) Lookup(src, dst netip.AddrPort) *FilterChain {
+	if c := t.lookup.find(src, dst); c != nil {
+		return c
+	}
+	return t.defaultChain
+}
+
+// FilterChain is one validated filter chain. It is immutable; its pointer
+// fields are shared and must not be modified.
+type FilterChain struct {
+	// ID identifies the chain's content: its filter_chain_match, network
+	// filters and transport socket, plus whether it is the default chain.
+	// Two chains with the same content have the same ID, also across
+	// Listener updates, so a connection on a chain whose ID is unchanged can
+	// be kept without a drain. The name is not part of the ID.
+	ID string
+	// Name is the chain's name from the Listener; it may be empty.
+	Name string
+	// IsDefault reports whether this is the Listener's default_filter_chain.
+	IsDefault bool
+	// HCM is the chain's HttpConnectionManager. It is never nil, and chains
+	// whose HttpConnectionManager configs are byte-for-byte identical share
+	// one value.
+	HCM *HTTPConnectionManager
+	// TLS is the DownstreamTlsContext of the chain's transport socket, or nil
+	// when the chain has no transport_socket (plaintext, or the fallback
+	// credentials; gRFC A29). Only its type is checked here.
+	TLS *tlspb.DownstreamTlsContext
+}
+
+// HTTPConnectionManager is a validated HttpConnectionManager network filter.
+// Exactly one of RDSName and Routes is set.
+type HTTPConnectionManager struct {
+	// RDSName is the RouteConfiguration to watch when the HCM uses rds.
+	RDSName string
+	// Routes is the compiled inline route_config, when the HCM has one.
+	Routes *routing.Router
+	// Filters are the HTTP filters to run, in order, ending with the router
+	// (gRFC A39). Optional filters of unknown types are left out.
+	Filters []httpfilter.Instance
+}
+
+// AddressMismatchError reports that a Listener's address is not the address
+// the server listens on (gRFC A36, "xDS Protocol").
+type AddressMismatchError struct {
+	// Listener is the address in the Listener resource.
+	Listener netip.AddrPort
+	// Listening is the address the server listens on.
+	Listening netip.AddrPort
+}
+
+// Error implements error.
+func (e *AddressMismatchError) Error() string {
+	return fmt.Sprintf("filterchain: Listener address %s does not match the listening address %s", e.Listener, e.Listening)
+}
+
+// ValidationError reports why a Listener is invalid; the caller NACKs it.
+type ValidationError struct {
+	// Chain names the invalid filter chain by position and name, as in
+	// `filter_chains[2] "foo"` or `default_filter_chain "bar"`; it is empty
+	// when the problem is in a Listener-level field.
+	Chain string
+	// Field is the path of the offending field, relative to the chain (or to
+	// the Listener when Chain is empty), e.g. "filters[0].typed_config".
+	Field string
+	// Err says what is wrong with it.
+	Err error
+}
+
+// Error implements error.
+func (e *ValidationError) Error() string {
+	if e.Chain == "" {
+		return fmt.Sprintf("filterchain: %s: %v", e.Field, e.Err)
+	}
+	return fmt.Sprintf("filterchain: %s: %s: %v", e.Chain, e.Field, e.Err)
+}
+
+// Unwrap returns the underlying error.
+func (e *ValidationError) Unwrap() error { return e.Err }
+
+// Compile validates lis (gRFC A36 "xDS Protocol", A39 for HTTP filters, A41
+// for the HttpConnectionManager's client address settings) and compiles its
+// filter chains. An error, always a *ValidationError, means the Listener
+// must be NACKed.
+func Compile(lis *listenerpb.Listener, opts Options) (*Table, error) {
+	if lis == nil {
+		return nil, &ValidationError{Field: "Listener", Err: errMissing}
+	}
+	p := opts.Filters
+	if p == nil {
+		p = httpfilter.NewParser(nil)
+	}
+	addr, err := listenerAddress(lis)
+	if err != nil {
+		return nil, err
+	}
+	c := newChainCompiler(p)
+	t := &Table{address: addr}
+	var specs []chainSpec
+	for i, fc := range lis.GetFilterChains() {
+		label := chainLabel(fmt.Sprintf("filter_chains[%d]", i), fc)
+		chain, spec, err := c.compile(label, fc, false)
+		if err != nil {
+			return nil, err
+		}
+		t.chains = append(t.chains, chain)
+		specs = append(specs, spec)
+	}
+	if fc := lis.GetDefaultFilterChain(); fc != nil {
+		label := chainLabel("default_filter_chain", fc)
+		chain, _, err := c.compile(label, fc, true)
+		if err != nil {
+			return nil, err
+		}
+		t.chains = append(t.chains, chain)
+		t.defaultChain = chain
+	}
+	if err := checkDuplicates(specs); err != nil {
+		return nil, err
+	}
+	t.lookup = buildLookup(specs)
+	return t, nil
+}
+
+// chainLabel names a chain in errors: its position and its quoted name.
+func chainLabel(pos string, fc *listenerpb.FilterChain) string {
+	return fmt.Sprintf("%s %q", pos, fc.GetName())
+}

@@ -1,0 +1,216 @@
+package filterchain
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+)
+
+// maxMatchers bounds the normalized matchers of one Listener. Normalization
+// is a Cartesian product, so a few long lists in one filter_chain_match
+// could otherwise make Compile use unbounded memory and time. A Listener
+// over the limit is rejected; no real deployment comes near it.
+const maxMatchers = 1 << 18
+
+// Source types, indexing per-type tables; the values are the proto's.
+const (
+	srcAny      = int(listenerpb.FilterChainMatch_ANY)
+	srcLocal    = int(listenerpb.FilterChainMatch_SAME_IP_OR_LOOPBACK)
+	srcExternal = int(listenerpb.FilterChainMatch_EXTERNAL)
+)
+
+// matcher is one normalized filter_chain_match (gRFC A36,
+// "FilterChainMatch"): a single value per field, CIDRs clamped and masked,
+// IPv4-mapped prefixes turned into IPv4. An invalid netip.Prefix, a port of
+// -1 and a has* of false mean the field is absent. Two chains with equal
+// matchers make the Listener invalid.
+type matcher struct {
+	dst           netip.Prefix // prefix_ranges
+	directSrc     netip.Prefix // direct_source_prefix_ranges
+	srcType       int          // source_type
+	src           netip.Prefix // source_prefix_ranges
+	srcPort       int64        // source_ports
+	dstPort       int64        // destination_port
+	serverName    string       // server_names
+	hasServerName bool
+	transport     string // transport_protocol
+	alpn          string // application_protocols
+	hasALPN       bool
+}
+
+// String describes the present fields, for error messages.
+func (m matcher) String() string {
+	var b strings.Builder
+	add := func(field string, v any) {
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s: %v", field, v)
+	}
+	if m.dstPort >= 0 {
+		add("destination_port", m.dstPort)
+	}
+	if m.dst.IsValid() {
+		add("prefix_ranges", m.dst)
+	}
+	if m.hasServerName {
+		add("server_names", fmt.Sprintf("%q", m.serverName))
+	}
+	if m.transport != "" {
+		add("transport_protocol", fmt.Sprintf("%q", m.transport))
+	}
+	if m.hasALPN {
+		add("application_protocols", fmt.Sprintf("%q", m.alpn))
+	}
+	if m.directSrc.IsValid() {
+		add("direct_source_prefix_ranges", m.directSrc)
+	}
+	add("source_type", listenerpb.FilterChainMatch_ConnectionSourceType(m.srcType))
+	if m.src.IsValid() {
+		add("source_prefix_ranges", m.src)
+	}
+	if m.srcPort >= 0 {
+		add("source_ports", m.srcPort)
+	}
+	return "{" + b.String() + "}"
+}
+
+// chainSpec is a filter chain with its normalized matchers.
+type chainSpec struct {
+	label    string // for errors, as in ValidationError.Chain
+	chain    *FilterChain
+	matchers []matcher
+	// canMatch is false when a field can never match a gRPC server's
+	// connection: destination_port (needs use_original_dst), server_names,
+	// application_protocols, or a transport_protocol other than raw_buffer
+	// (they need listener filters). Such chains take part in the duplicate
+	// check but are never selected (gRFC A36, "FilterChainMatch").
+	canMatch bool
+}
+
+// normalize expands m into the Cartesian product of its present fields. It
+// spends the product's size from *budget and fails when that runs out.
+func normalize(m *listenerpb.FilterChainMatch, budget *int) ([]matcher, bool, error) {
+	st := m.GetSourceType()
+	if _, ok := listenerpb.FilterChainMatch_ConnectionSourceType_name[int32(st)]; !ok {
+		return nil, false, fieldErrorf("source_type", "unknown value %d", int32(st))
+	}
+	dsts, err := cidrs("prefix_ranges", m.GetPrefixRanges())
+	if err != nil {
+		return nil, false, err
+	}
+	directSrcs, err := cidrs("direct_source_prefix_ranges", m.GetDirectSourcePrefixRanges())
+	if err != nil {
+		return nil, false, err
+	}
+	srcs, err := cidrs("source_prefix_ranges", m.GetSourcePrefixRanges())
+	if err != nil {
+		return nil, false, err
+	}
+	n := 1
+	for _, l := range []int{len(dsts), len(directSrcs), len(srcs), len(m.GetSourcePorts()), len(m.GetServerNames()), len(m.GetApplicationProtocols())} {
+		n *= max(l, 1)
+		if n > *budget {
+			return nil, false, fieldErrorf("", "expands to more than %d normalized matchers in the Listener", maxMatchers)
+		}
+	}
+	*budget -= n
+
+	base := matcher{srcType: int(st), srcPort: -1, dstPort: -1, transport: m.GetTransportProtocol()}
+	if dp := m.GetDestinationPort(); dp != nil {
+		base.dstPort = int64(dp.GetValue())
+	}
+	ms := make([]matcher, 1, n)
+	ms[0] = base
+	ms = product(ms, dsts, func(x *matcher, p netip.Prefix) { x.dst = p })
+	ms = product(ms, directSrcs, func(x *matcher, p netip.Prefix) { x.directSrc = p })
+	ms = product(ms, srcs, func(x *matcher, p netip.Prefix) { x.src = p })
+	ms = product(ms, m.GetSourcePorts(), func(x *matcher, p uint32) { x.srcPort = int64(p) })
+	ms = product(ms, m.GetServerNames(), func(x *matcher, s string) { x.serverName, x.hasServerName = s, true })
+	ms = product(ms, m.GetApplicationProtocols(), func(x *matcher, s string) { x.alpn, x.hasALPN = s, true })
+
+	canMatch := base.dstPort < 0 && len(m.GetServerNames()) == 0 && len(m.GetApplicationProtocols()) == 0 &&
+		(base.transport == "" || base.transport == "raw_buffer")
+	return ms, canMatch, nil
+}
+
+// product returns every matcher of ms combined with every value of vals, set
+// by set; ms unchanged when vals is empty (the field is absent).
+func product[T any](ms []matcher, vals []T, set func(*matcher, T)) []matcher {
+	if len(vals) == 0 {
+		return ms
+	}
+	out := make([]matcher, 0, len(ms)*len(vals))
+	for _, m := range ms {
+		for _, v := range vals {
+			x := m
+			set(&x, v)
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// cidrs normalizes a list of CIDR ranges.
+func cidrs(field string, ranges []*corepb.CidrRange) ([]netip.Prefix, error) {
+	out := make([]netip.Prefix, 0, len(ranges))
+	for i, r := range ranges {
+		p, err := normalizeCIDR(r)
+		if err != nil {
+			return nil, inField(fmt.Sprintf("%s[%d]", field, i), err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// normalizeCIDR turns a CidrRange into a masked prefix (gRFC A36,
+// "FilterChainMatch"): an absent prefix_len is 0, one past the address
+// length is clamped to it, and bits past the prefix are cleared. A prefix
+// within ::ffff:0:0/96 becomes the IPv4 prefix it denotes.
+func normalizeCIDR(r *corepb.CidrRange) (netip.Prefix, error) {
+	a, err := netip.ParseAddr(r.GetAddressPrefix())
+	if err != nil || a.Zone() != "" {
+		return netip.Prefix{}, fieldErrorf("address_prefix", "%q is not an IP address", r.GetAddressPrefix())
+	}
+	n := int(min(r.GetPrefixLen().GetValue(), uint32(a.BitLen())))
+	if a.Is4In6() && n >= 96 {
+		a, n = a.Unmap(), n-96
+	}
+	p, err := a.Prefix(n)
+	if err != nil {
+		return netip.Prefix{}, fieldErrorf("prefix_len", "%d: %v", n, err)
+	}
+	return p, nil
+}
+
+// checkDuplicates reports a normalized matcher shared by two chains, or
+// listed twice by one chain: the most specific chain for a connection
+// would not be unique (gRFC A36, "FilterChainMatch"). Chains that can never
+// match are checked too.
+func checkDuplicates(specs []chainSpec) error {
+	total := 0
+	for _, s := range specs {
+		total += len(s.matchers)
+	}
+	seen := make(map[matcher]int, total)
+	for i, s := range specs {
+		for _, m := range s.matchers {
+			j, dup := seen[m]
+			if !dup {
+				seen[m] = i
+				continue
+			}
+			other := "another of its own matchers"
+			if j != i {
+				other = "a matcher of " + specs[j].label
+			}
+			return &ValidationError{Chain: s.label, Field: "filter_chain_match",
+				Err: fmt.Errorf("normalized matcher %v duplicates %s", m, other)}
+		}
+	}
+	return nil
+}
