@@ -30,9 +30,9 @@
 // client that asked for it by name, so a client would see neither deletions
 // nor late resources the way it would in production.
 //
-// Versions: every Update of a type bumps that type's version (version_info
-// "1", "2", ... per type URL, starting again for each ManagementServer), and
-// every subscribed resource of that type is re-sent, even if unchanged.
+// Versions: each type URL has its own version_info, "0" before its first
+// Update; every Update of a type bumps it ("1", "2", ...) and re-sends every
+// subscribed resource of that type, even if unchanged.
 //
 // Nothing validates resources: a deliberately broken Listener, or a message of
 // another type pushed under a type URL, reaches the client as is. Note that
@@ -81,7 +81,8 @@ type ManagementServerOptions struct {
 	// 127.0.0.1:0 is used. Restart listens again on the same address.
 	Listener net.Listener
 	// OnStreamRequest, if set, is called for every DiscoveryRequest received,
-	// after it was recorded. req must not be modified.
+	// after it was recorded, with the recorded request (exactly as the
+	// client sent it, node filled in). req must not be modified.
 	OnStreamRequest func(streamID int64, req *discoverypb.DiscoveryRequest)
 	// OnStreamOpen, if set, is called when an ADS stream opens.
 	OnStreamOpen func(streamID int64)
@@ -97,7 +98,7 @@ type ManagementServer struct {
 	Address string
 
 	opts   ManagementServerOptions // immutable
-	caches map[string]*cachev3.LinearCache
+	caches map[string]*cachev3.LinearCache // by type URL; immutable after creation (the caches lock themselves)
 	xds    serverv3.Server // shared by every grpc.Server, so stream IDs keep growing across restarts
 
 	mu       sync.Mutex
@@ -187,9 +188,9 @@ func (m *ManagementServer) callbacks() serverv3.Callbacks {
 			}
 		},
 		StreamRequestFunc: func(id int64, req *discoverypb.DiscoveryRequest) error {
-			m.record(id, req)
+			recorded := m.record(id, req)
 			if m.opts.OnStreamRequest != nil {
-				m.opts.OnStreamRequest(id, req)
+				m.opts.OnStreamRequest(id, recorded)
 			}
 			return nil
 		},
@@ -201,12 +202,13 @@ func (m *ManagementServer) callbacks() serverv3.Callbacks {
 	}
 }
 
-// record stores a copy of req and, for a NACK of a first response, rewrites
-// req's version as explained on StartManagementServer.
-func (m *ManagementServer) record(id int64, req *discoverypb.DiscoveryRequest) {
+// record stores a copy of req and returns it, then, for a NACK of a first
+// response, rewrites req's version as explained on StartManagementServer.
+func (m *ManagementServer) record(id int64, req *discoverypb.DiscoveryRequest) *discoverypb.DiscoveryRequest {
+	recorded := proto.Clone(req).(*discoverypb.DiscoveryRequest)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.reqs = append(m.reqs, proto.Clone(req).(*discoverypb.DiscoveryRequest))
+	m.reqs = append(m.reqs, recorded)
 	close(m.reqAdded)
 	m.reqAdded = make(chan struct{})
 	if req.GetErrorDetail() != nil && req.GetVersionInfo() == "" {
@@ -214,6 +216,7 @@ func (m *ManagementServer) record(id int64, req *discoverypb.DiscoveryRequest) {
 			req.VersionInfo = v
 		}
 	}
+	return recorded
 }
 
 func (m *ManagementServer) forgetStream(id int64) {
@@ -317,7 +320,8 @@ func (m *ManagementServer) Update(ctx context.Context, r Resources) error {
 }
 
 // Requests returns a copy of every DiscoveryRequest received so far, on all
-// streams, in the order they arrived.
+// streams, in the order they arrived, as the client sent them except that
+// go-control-plane fills in the stream's node on requests that omit it.
 func (m *ManagementServer) Requests() []*discoverypb.DiscoveryRequest {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -330,7 +334,8 @@ func (m *ManagementServer) Requests() []*discoverypb.DiscoveryRequest {
 
 // WaitForRequest returns a copy of the first request, among those received
 // so far and those still to come, for which pred returns true. It returns
-// ctx.Err() if ctx is done first. pred runs on the calling goroutine.
+// ctx.Err() if ctx is done first. pred runs on the calling goroutine and must
+// not modify the request it is given.
 func (m *ManagementServer) WaitForRequest(ctx context.Context, pred func(*discoverypb.DiscoveryRequest) bool) (*discoverypb.DiscoveryRequest, error) {
 	seen := 0
 	for {
