@@ -97,9 +97,9 @@ type ManagementServer struct {
 	// across Restart. Immutable.
 	Address string
 
-	opts   ManagementServerOptions // immutable
+	opts   ManagementServerOptions         // immutable
 	caches map[string]*cachev3.LinearCache // by type URL; immutable after creation (the caches lock themselves)
-	xds    serverv3.Server // shared by every grpc.Server, so stream IDs keep growing across restarts
+	xds    serverv3.Server                 // shared by every grpc.Server, so stream IDs keep growing across restarts
 
 	mu       sync.Mutex
 	grpcSrv  *grpc.Server                    // guarded by mu; nil when stopped
