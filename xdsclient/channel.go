@@ -1,0 +1,345 @@
+package xdsclient
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/proxyless-grpc/xds/bootstrap"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+)
+
+// xdsChannel is the connection to one management server and its ADS stream,
+// shared by every authority that uses the server (gRFC A47).
+//
+// Its goroutine (run) owns the gRPC stream: it opens streams, reconnects with
+// backoff, reads responses and hands them to the serializer, one at a time
+// (flow control). Each live stream has a sender goroutine that writes the
+// requests the serializer queued. All protocol state (versions, nonces,
+// subscriptions) is decided on the serializer.
+type xdsChannel struct {
+	c       *Client                 // immutable
+	server  *bootstrap.ServerConfig // immutable
+	key     string                  // immutable; key in Client.channels
+	cc      *grpc.ClientConn        // immutable; nil when dialErr is set
+	dialErr error                   // immutable
+	ctx     context.Context         // immutable; cancelled by close
+	cancel  context.CancelFunc      // immutable
+	wake    chan struct{}           // immutable; capacity 1, wakes the sender
+
+	mu      sync.Mutex
+	liveGen uint64        // guarded by mu; the stream the sender writes to, 0 if none
+	queue   []*outRequest // guarded by mu; requests for stream liveGen
+
+	// Only touched on the serializer:
+	users     map[*authority]struct{} // authorities whose chans include this channel
+	streamGen uint64                  // the stream the serializer knows to be up; 0 if none
+	failing   bool                    // the last stream ended before any response
+	closed    bool
+	types     map[string]*typeState // by type URL
+}
+
+// typeState is the ADS state of one type on one channel. Only touched on
+// the serializer.
+type typeState struct {
+	version string // version_info of the last ACKed response
+	nonce   string // nonce of the last response on the current stream
+}
+
+// outRequest is a request queued for the sender of stream gen.
+type outRequest struct {
+	gen uint64
+	req *discoverypb.DiscoveryRequest
+}
+
+// serverKey identifies a management server connection (gRFC A47: same URI,
+// credentials and features share one channel).
+func serverKey(s *bootstrap.ServerConfig) string {
+	var b strings.Builder
+	b.WriteString(s.ServerURI)
+	b.WriteByte(0)
+	b.WriteString(s.ChannelCreds.Type)
+	b.WriteByte(0)
+	b.Write(s.ChannelCreds.Config)
+	for _, f := range s.ServerFeatures {
+		b.WriteByte(0)
+		b.WriteString(f)
+	}
+	return b.String()
+}
+
+// acquireChannel returns the channel to server, creating it (and starting
+// its goroutine) on first use. Only called from serializer callbacks.
+func (c *Client) acquireChannel(server *bootstrap.ServerConfig) *xdsChannel {
+	key := serverKey(server)
+	if ch, ok := c.channels[key]; ok {
+		return ch
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := &xdsChannel{
+		c:      c,
+		server: server,
+		key:    key,
+		ctx:    ctx,
+		cancel: cancel,
+		wake:   make(chan struct{}, 1),
+		users:  make(map[*authority]struct{}),
+		types:  make(map[string]*typeState),
+	}
+	creds, err := transportCredentials(server)
+	if err == nil {
+		ch.cc, err = grpc.NewClient(server.ServerURI, grpc.WithTransportCredentials(creds))
+	}
+	ch.dialErr = err
+	c.channels[key] = ch
+	c.chanWG.Add(1)
+	go ch.run()
+	return ch
+}
+
+// close stops the channel's goroutines; run closes the connection on its
+// way out. Only called from serializer callbacks.
+func (ch *xdsChannel) close() {
+	ch.closed = true
+	ch.streamGen = 0
+	ch.cancel()
+}
+
+func (ch *xdsChannel) typeState(typeURL string) *typeState {
+	ts := ch.types[typeURL]
+	if ts == nil {
+		ts = &typeState{}
+		ch.types[typeURL] = ts
+	}
+	return ts
+}
+
+// subscribedNames returns the names of typeURL that the users of ch watch,
+// sorted. Only called from serializer callbacks.
+func (ch *xdsChannel) subscribedNames(typeURL string) []string {
+	var names []string
+	for a := range ch.users {
+		for name := range a.resources[typeURL] {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// sendSubscription queues a request with the current subscriptions of
+// typeURL on the live stream of ch, if there is one (otherwise the next
+// stream sends them). Only called from serializer callbacks.
+func (c *Client) sendSubscription(ch *xdsChannel, typeURL string) {
+	if ch.closed || ch.streamGen == 0 {
+		return
+	}
+	ts := ch.typeState(typeURL)
+	ch.enqueue(typeURL, ts.version, ts.nonce, ch.subscribedNames(typeURL), nil)
+}
+
+// enqueue queues one request for the current stream and wakes the sender.
+// Only called from serializer callbacks.
+func (ch *xdsChannel) enqueue(typeURL, version, nonce string, names []string, errDetail *statuspb.Status) {
+	req := &discoverypb.DiscoveryRequest{
+		TypeUrl:       typeURL,
+		VersionInfo:   version,
+		ResponseNonce: nonce,
+		ResourceNames: names,
+		ErrorDetail:   errDetail,
+	}
+	ch.mu.Lock()
+	if ch.liveGen != ch.streamGen {
+		ch.mu.Unlock()
+		return // that stream is gone; the next one re-sends everything
+	}
+	ch.queue = append(ch.queue, &outRequest{gen: ch.streamGen, req: req})
+	ch.mu.Unlock()
+	select {
+	case ch.wake <- struct{}{}:
+	default:
+	}
+}
+
+// handleStreamUp re-sends every subscription on a new stream, with the last
+// accepted version of each type and no nonce (gRFC A27). Only called from
+// serializer callbacks.
+func (c *Client) handleStreamUp(ch *xdsChannel, gen uint64) {
+	if ch.closed || c.closed.HasFired() {
+		return
+	}
+	ch.streamGen = gen
+	typeURLs := make(map[string]bool)
+	for a := range ch.users {
+		for typeURL := range a.resources {
+			typeURLs[typeURL] = true
+		}
+	}
+	for _, ts := range ch.types {
+		ts.nonce = ""
+	}
+	urls := make([]string, 0, len(typeURLs))
+	for u := range typeURLs {
+		urls = append(urls, u)
+	}
+	sort.Strings(urls)
+	for _, u := range urls {
+		c.sendSubscription(ch, u)
+	}
+}
+
+// handleStreamDown notes the end of a stream (or a failed attempt to open
+// one). Only called from serializer callbacks.
+func (c *Client) handleStreamDown(ch *xdsChannel, err error, gotResponse bool) {
+	if ch.closed || c.closed.HasFired() {
+		return
+	}
+	ch.streamGen = 0
+	c.stopTimersOf(ch)
+	if gotResponse {
+		logger.Infof("xdsclient: ADS stream to %q ended after receiving responses, reconnecting: %v [xds node id %q]", ch.server, err, c.nodeID)
+		return
+	}
+	logger.Warningf("xdsclient: ADS stream to %q failed: %v [xds node id %q]", ch.server, err, c.nodeID)
+	ch.failing = true
+	users := make([]*authority, 0, len(ch.users))
+	for a := range ch.users {
+		users = append(users, a)
+	}
+	for _, a := range users {
+		c.handleConnectivityFailure(a, ch, err)
+	}
+}
+
+// run is the channel's goroutine: it opens ADS streams until the channel is
+// closed, waiting between attempts (gRFC A57: backoff, reset by a stream
+// that received a response).
+func (ch *xdsChannel) run() {
+	defer ch.c.chanWG.Done()
+	defer func() {
+		if ch.cc != nil {
+			ch.cc.Close()
+		}
+	}()
+	if ch.dialErr != nil {
+		ch.c.serializer.TrySchedule(func(context.Context) { ch.c.handleStreamDown(ch, ch.dialErr, false) })
+		<-ch.ctx.Done()
+		return
+	}
+	var gen uint64
+	retries := 0
+	for ch.ctx.Err() == nil {
+		gen++
+		gotResponse, err := ch.runStream(gen)
+		if ch.ctx.Err() != nil {
+			return
+		}
+		ch.c.serializer.TrySchedule(func(context.Context) { ch.c.handleStreamDown(ch, err, gotResponse) })
+		if gotResponse {
+			retries = 0
+			continue
+		}
+		t := time.NewTimer(ch.c.opts.Backoff(retries))
+		retries++
+		select {
+		case <-t.C:
+		case <-ch.ctx.Done():
+			t.Stop()
+			return
+		}
+	}
+}
+
+// runStream runs one ADS stream until it fails. gotResponse says whether it
+// received any response.
+func (ch *xdsChannel) runStream(gen uint64) (gotResponse bool, err error) {
+	ctx, cancel := context.WithCancel(ch.ctx)
+	defer cancel()
+	stream, err := discoverypb.NewAggregatedDiscoveryServiceClient(ch.cc).StreamAggregatedResources(ctx)
+	if err != nil {
+		return false, err
+	}
+	ch.mu.Lock()
+	ch.liveGen, ch.queue = gen, nil
+	ch.mu.Unlock()
+	ch.c.serializer.TrySchedule(func(context.Context) { ch.c.handleStreamUp(ch, gen) })
+
+	sendDone := make(chan struct{})
+	go func() {
+		defer close(sendDone)
+		ch.send(ctx, stream, gen)
+		cancel() // a failed Send ends the stream; Recv then reports why
+	}()
+	defer func() {
+		cancel()
+		<-sendDone
+		ch.mu.Lock()
+		ch.liveGen, ch.queue = 0, nil
+		ch.mu.Unlock()
+	}()
+
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return gotResponse, err
+		}
+		gotResponse = true
+		done := make(chan struct{})
+		release := func() { close(done) }
+		if !ch.c.serializer.TrySchedule(func(context.Context) { ch.c.handleResponse(ch, gen, resp, release) }) {
+			return gotResponse, ErrClientClosed
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return gotResponse, ctx.Err()
+		}
+	}
+}
+
+// send writes the requests queued for stream gen until ctx is done or a
+// write fails. The first request carries the node (gRFC A27).
+func (ch *xdsChannel) send(ctx context.Context, stream discoverypb.AggregatedDiscoveryService_StreamAggregatedResourcesClient, gen uint64) {
+	first := true
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch.wake:
+		}
+		for {
+			r := ch.pop(gen)
+			if r == nil {
+				break
+			}
+			if first {
+				r.req.Node = ch.c.cfg.Node
+				first = false
+			}
+			if err := stream.Send(r.req); err != nil {
+				return
+			}
+			typeURL, names := r.req.GetTypeUrl(), r.req.GetResourceNames()
+			ch.c.serializer.TrySchedule(func(context.Context) { ch.c.startTimers(ch, gen, typeURL, names) })
+		}
+	}
+}
+
+// pop takes the oldest request queued for stream gen, or returns nil.
+func (ch *xdsChannel) pop(gen uint64) *outRequest {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	for len(ch.queue) > 0 {
+		r := ch.queue[0]
+		ch.queue[0] = nil
+		ch.queue = ch.queue[1:]
+		if r.gen == gen {
+			return r
+		}
+	}
+	return nil
+}

@@ -1,0 +1,295 @@
+// Package xdsclient is a State-of-the-World ADS client (gRFC A27, A30),
+// generic over resource types: callers describe each type with a
+// ResourceType and watch resources by name; the client keeps one ADS stream
+// per management server, ACKs and NACKs responses (gRFC A40, A46), caches
+// resources, runs the does-not-exist timer (gRFC A57), handles deletions
+// (gRFC A53), xdstp names and authorities (gRFC A47) and server fallback
+// (gRFC A71), and dumps its state for CSDS.
+//
+// # Concurrency
+//
+// Every piece of protocol and cache state of a Client is owned by one
+// callback serializer (a goroutine that runs scheduled functions in order);
+// public methods schedule work on it. Watcher callbacks run on that
+// goroutine, one at a time, never under a lock. Each management server
+// connection has one goroutine for the stream (receiving) and one per live
+// stream for sending; Close waits for all of them.
+//
+// # Errors given to watchers
+//
+// Data errors (gRFC A88's term) go to ResourceError when the client has no
+// valid value for the resource (does-not-exist timer, deletion by absence,
+// NACK without a cached value, unknown authority, bad name) and to
+// AmbientError when it has one (NACK of an update). Connectivity errors (an
+// ADS stream that failed before receiving any response, gRFC A57) never
+// invalidate anything: they go to AmbientError for every watcher of the
+// affected authority, with or without a cached value, and only once no
+// fallback server is left to try (gRFC A71). This differs from A88, which
+// reports them through OnResourceChanged(error) when nothing is cached: here
+// ResourceError means "drop what you have", which a connectivity error never
+// means, and a watcher with no value learns the reason from the AmbientError
+// anyway. A stream closed after it received a response is not an error.
+package xdsclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/proxyless-grpc/xds/bootstrap"
+	"github.com/proxyless-grpc/xds/internal/backoff"
+	"github.com/proxyless-grpc/xds/internal/syncutil"
+	"google.golang.org/grpc/grpclog"
+)
+
+var logger = grpclog.Component("xdsclient")
+
+// DefaultWatchExpiryTimeout is the does-not-exist timeout used when
+// Options.WatchExpiryTimeout is zero (the xDS protocol's 15 seconds).
+const DefaultWatchExpiryTimeout = 15 * time.Second
+
+// Options configures a Client. The zero value is usable.
+type Options struct {
+	// ResourceTypes are registered up front. Types can also be registered
+	// implicitly by the first WatchResource that uses them; a response of a
+	// type that is not registered is NACKed.
+	ResourceTypes []*ResourceType
+
+	// WatchExpiryTimeout is how long after a subscription was sent on a
+	// live ADS stream a resource that has not arrived is considered not to
+	// exist. Zero means DefaultWatchExpiryTimeout.
+	WatchExpiryTimeout time.Duration
+
+	// Backoff returns the delay before reconnecting after retries failed
+	// stream attempts (0-based). Nil means backoff.DefaultExponential.Backoff.
+	Backoff func(retries int) time.Duration
+}
+
+// Client is an xDS client for one bootstrap configuration. Create one with
+// New or get a shared one from a Pool. All methods are safe for concurrent
+// use.
+type Client struct {
+	cfg    *bootstrap.Config // immutable
+	opts   Options           // immutable, defaults filled in
+	nodeID string            // immutable
+
+	serializer    *syncutil.CallbackSerializer // immutable; owns the state below
+	serializerGID uint64                       // immutable after New: the serializer's goroutine
+	closed        *syncutil.Event              // fired by Close
+	chanWG        sync.WaitGroup               // one per xdsChannel goroutine
+
+	// Only touched on the serializer:
+	types       map[string]*ResourceType // by TypeURL
+	defaultAuth *authority               // old-style names
+	authorities map[string]*authority    // xdstp names, by authority; created on first use
+	channels    map[string]*xdsChannel   // by serverKey; created on first use
+}
+
+// New creates a client for cfg. It opens no connection: a management server
+// is contacted when the first resource it serves is watched. The caller must
+// Close the client.
+func New(cfg *bootstrap.Config, opts Options) (*Client, error) {
+	if cfg == nil || len(cfg.XDSServers) == 0 {
+		return nil, errors.New("xdsclient: bootstrap configuration with at least one xDS server is required")
+	}
+	if opts.WatchExpiryTimeout <= 0 {
+		opts.WatchExpiryTimeout = DefaultWatchExpiryTimeout
+	}
+	if opts.Backoff == nil {
+		opts.Backoff = backoff.DefaultExponential.Backoff
+	}
+	c := &Client{
+		cfg:         cfg,
+		opts:        opts,
+		nodeID:      cfg.Node.GetId(),
+		serializer:  syncutil.NewCallbackSerializer(),
+		closed:      syncutil.NewEvent(),
+		types:       make(map[string]*ResourceType),
+		authorities: make(map[string]*authority),
+		channels:    make(map[string]*xdsChannel),
+	}
+	for _, rt := range opts.ResourceTypes {
+		if err := c.registerType(rt); err != nil {
+			c.serializer.Close()
+			<-c.serializer.Done()
+			return nil, err
+		}
+	}
+	c.defaultAuth = newAuthority("", cfg.XDSServers)
+	gid := make(chan uint64, 1)
+	c.serializer.TrySchedule(func(context.Context) { gid <- goroutineID() })
+	c.serializerGID = <-gid
+	registerClient(c)
+	return c, nil
+}
+
+// registerType adds rt to the known types. Called from New (before the
+// serializer runs anything else) or from serializer callbacks.
+func (c *Client) registerType(rt *ResourceType) error {
+	if rt == nil || rt.TypeURL == "" || rt.Decode == nil {
+		return errors.New("xdsclient: resource type needs a TypeURL and a Decode function")
+	}
+	if old, ok := c.types[rt.TypeURL]; ok && old != rt {
+		return fmt.Errorf("xdsclient: two different resource types use type URL %q", rt.TypeURL)
+	}
+	c.types[rt.TypeURL] = rt
+	return nil
+}
+
+// BootstrapConfig returns the configuration the client was created with.
+func (c *Client) BootstrapConfig() *bootstrap.Config { return c.cfg }
+
+// onSerializer reports whether the caller runs on the client's serializer
+// goroutine (inside a watcher callback, for instance).
+func (c *Client) onSerializer() bool { return goroutineID() == c.serializerGID }
+
+// Close stops the client: it closes every ADS stream and connection, stops
+// every timer and waits until every goroutine of the client has exited. No
+// watcher callback starts after Close returns. Calling Close more than once
+// is harmless.
+//
+// Called from a watcher callback, Close cannot wait for the serializer (the
+// caller runs on it): it then returns once the connections are closed, and
+// the serializer goroutine exits when the callback returns.
+func (c *Client) Close() {
+	if !c.closed.Fire() {
+		c.waitClosed()
+		return
+	}
+	unregisterClient(c)
+	done := make(chan struct{})
+	shutdown := func(context.Context) {
+		for _, ch := range c.channels {
+			ch.close()
+		}
+		c.channels = nil
+		for _, a := range c.allAuthorities() {
+			a.stopTimers()
+		}
+		close(done)
+	}
+	if c.onSerializer() {
+		shutdown(nil)
+	} else if !c.serializer.TrySchedule(shutdown) {
+		close(done)
+	}
+	<-done
+	c.serializer.Close()
+	c.waitClosed()
+}
+
+// waitClosed waits for the channel goroutines and, unless called on it, for
+// the serializer.
+func (c *Client) waitClosed() {
+	c.chanWG.Wait()
+	if !c.onSerializer() {
+		<-c.serializer.Done()
+	}
+}
+
+// WatchResource starts a watch of the named resource of type rt and returns
+// a function that cancels it. rt is registered with the client if it was not
+// already (another *ResourceType with the same TypeURL is an error, reported
+// to w as a ResourceError).
+//
+// If the resource is cached, w gets it (and, for a NACKed update, the NACK
+// as an AmbientError) at once; if it is known not to exist, w gets a
+// ResourceError at once. Otherwise the client subscribes to it.
+//
+// cancel is idempotent. Once it returns, no callback of w starts. Called
+// from another goroutine while a callback of w runs, it waits for that
+// callback to return; called from inside a callback it does not wait (and
+// does not deadlock). Cancelling the last watcher of a resource unsubscribes
+// from it. Watches of a closed client get no callback.
+func (c *Client) WatchResource(rt *ResourceType, name string, w ResourceWatcher) (cancel func()) {
+	e := &watcherEntry{c: c, w: w}
+	c.serializer.TrySchedule(func(context.Context) { c.handleWatch(rt, name, e) })
+	return e.cancel
+}
+
+// handleWatch starts a watch. Only called from serializer callbacks.
+func (c *Client) handleWatch(rt *ResourceType, name string, e *watcherEntry) {
+	if c.closed.HasFired() {
+		return
+	}
+	if err := c.registerType(rt); err != nil {
+		e.deliverError(true, &Error{Kind: KindBadName, TypeName: typeNameOf(rt), Name: name, NodeID: c.nodeID, Err: err}, nil)
+		return
+	}
+	rn, err := parseName(name)
+	if err == nil && rn.xdstp && rn.typ != rt.typeSuffix() {
+		err = fmt.Errorf("type %q in the name does not match the watched type %q", rn.typ, rt.typeSuffix())
+	}
+	if err != nil {
+		e.deliverError(true, &Error{Kind: KindBadName, TypeName: rt.TypeName, Name: name, NodeID: c.nodeID, Err: err}, nil)
+		return
+	}
+	a := c.authorityFor(rn)
+	if a == nil {
+		e.deliverError(true, &Error{Kind: KindUnknownAuthority, TypeName: rt.TypeName, Name: name, NodeID: c.nodeID}, nil)
+		return
+	}
+	c.addWatcher(a, rt, rn.canonical, e)
+}
+
+// authorityFor returns the authority serving rn, creating it on first use, or
+// nil if the bootstrap has no such authority. Only called from serializer
+// callbacks.
+func (c *Client) authorityFor(rn resourceName) *authority {
+	if !rn.xdstp {
+		return c.defaultAuth
+	}
+	if a, ok := c.authorities[rn.authority]; ok {
+		return a
+	}
+	servers, ok := c.cfg.ServersFor(rn.authority)
+	if !ok {
+		return nil
+	}
+	a := newAuthority(rn.authority, servers)
+	c.authorities[rn.authority] = a
+	return a
+}
+
+// allAuthorities returns the default authority and every named one. Only
+// called from serializer callbacks.
+func (c *Client) allAuthorities() []*authority {
+	all := make([]*authority, 0, 1+len(c.authorities))
+	all = append(all, c.defaultAuth)
+	for _, a := range c.authorities {
+		all = append(all, a)
+	}
+	return all
+}
+
+func typeNameOf(rt *ResourceType) string {
+	if rt == nil {
+		return "<nil>"
+	}
+	return rt.TypeName
+}
+
+// registry holds every open client of the process, for Clients.
+var registry struct {
+	mu      sync.Mutex
+	seq     atomic.Uint64
+	clients map[*Client]uint64 // guarded by mu; value is the creation order
+}
+
+func registerClient(c *Client) {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	if registry.clients == nil {
+		registry.clients = make(map[*Client]uint64)
+	}
+	registry.clients[c] = registry.seq.Add(1)
+}
+
+func unregisterClient(c *Client) {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	delete(registry.clients, c)
+}

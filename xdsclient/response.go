@@ -1,0 +1,197 @@
+package xdsclient
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// resourceWrapperURL is the type URL of envoy.service.discovery.v3.Resource,
+// which a server may wrap resources in.
+const resourceWrapperURL = "type.googleapis.com/envoy.service.discovery.v3.Resource"
+
+// decoded is the outcome of decoding one resource of a response.
+type decoded struct {
+	data ResourceData
+	raw  *anypb.Any
+	err  error
+}
+
+// handleResponse applies one ADS response and ACKs or NACKs it. release is
+// called once every watcher notified has called onDone. Only called from
+// serializer callbacks.
+func (c *Client) handleResponse(ch *xdsChannel, gen uint64, resp *discoverypb.DiscoveryResponse, release func()) {
+	fc := newFlowControl(release)
+	defer fc.done()
+	if ch.closed || c.closed.HasFired() || gen != ch.streamGen {
+		return
+	}
+	ch.failing = false
+	c.switchBack(ch)
+
+	typeURL := resp.GetTypeUrl()
+	ts := ch.typeState(typeURL)
+	ts.nonce = resp.GetNonce()
+	rt := c.types[typeURL]
+	if rt == nil {
+		c.nack(ch, ts, typeURL, resp, []string{fmt.Sprintf("unknown resource type %q", typeURL)})
+		return
+	}
+	results, errs := c.decodeAll(ch, rt, resp)
+	now := time.Now()
+	for a := range ch.users {
+		c.apply(a, ch, rt, resp.GetVersionInfo(), results, now, fc)
+	}
+	if len(errs) > 0 {
+		c.nack(ch, ts, typeURL, resp, errs)
+		return
+	}
+	ts.version = resp.GetVersionInfo()
+	ch.enqueue(typeURL, ts.version, ts.nonce, ch.subscribedNames(typeURL), nil)
+}
+
+// nack sends a NACK: the last accepted version, the response's nonce and an
+// INVALID_ARGUMENT error_detail listing every problem (gRFC A40, A46). Only
+// called from serializer callbacks.
+func (c *Client) nack(ch *xdsChannel, ts *typeState, typeURL string, resp *discoverypb.DiscoveryResponse, errs []string) {
+	msg := fmt.Sprintf("xdsclient: rejected response version %q nonce %q for type %q [xds node id %q]: %s",
+		resp.GetVersionInfo(), resp.GetNonce(), typeURL, c.nodeID, strings.Join(errs, "; "))
+	logger.Warning(msg)
+	ch.enqueue(typeURL, ts.version, ts.nonce, ch.subscribedNames(typeURL), status.New(codes.InvalidArgument, msg).Proto())
+}
+
+// decodeAll decodes every resource of resp, continuing after errors (gRFC
+// A40). results is keyed by canonical name; errs has one "name: reason"
+// entry per failed resource. Only called from serializer callbacks.
+func (c *Client) decodeAll(ch *xdsChannel, rt *ResourceType, resp *discoverypb.DiscoveryResponse) (map[string]decoded, []string) {
+	results := make(map[string]decoded, len(resp.GetResources()))
+	var errs []string
+	for i, raw := range resp.GetResources() {
+		name, d := c.decodeOne(ch, rt, raw)
+		if name == "" {
+			errs = append(errs, fmt.Sprintf("resource %d: %v", i, d.err))
+			continue
+		}
+		if _, dup := results[name]; dup {
+			d = decoded{err: errors.New("duplicate resource name in the response")}
+		}
+		if d.err != nil {
+			errs = append(errs, fmt.Sprintf("%s: %v", name, d.err))
+		}
+		results[name] = d
+	}
+	return results, errs
+}
+
+// decodeOne decodes one resource; name is canonical, or "" if unknown.
+func (c *Client) decodeOne(ch *xdsChannel, rt *ResourceType, raw *anypb.Any) (string, decoded) {
+	wrapperName := ""
+	if raw.GetTypeUrl() == resourceWrapperURL {
+		w := &discoverypb.Resource{}
+		if err := proto.Unmarshal(raw.GetValue(), w); err != nil {
+			return "", decoded{err: fmt.Errorf("invalid Resource wrapper: %w", err)}
+		}
+		wrapperName, raw = w.GetName(), w.GetResource()
+	}
+	if raw.GetTypeUrl() != rt.TypeURL {
+		err := fmt.Errorf("type %q in a response of type %q", raw.GetTypeUrl(), rt.TypeURL)
+		return canonicalOrEmpty(wrapperName), decoded{err: err}
+	}
+	name, data, err := rt.Decode(DecodeInput{Resource: raw, Bootstrap: c.cfg, Server: ch.server})
+	if name == "" {
+		name = wrapperName
+	}
+	if err == nil && data == nil {
+		err = errors.New("decoder returned no data")
+	}
+	if err == nil && name == "" {
+		err = errors.New("resource has no name")
+	}
+	return canonicalOrEmpty(name), decoded{data: data, raw: raw, err: err}
+}
+
+func canonicalOrEmpty(name string) string {
+	if name == "" {
+		return ""
+	}
+	rn, err := parseName(name)
+	if err != nil {
+		return name
+	}
+	return rn.canonical
+}
+
+// apply updates the resources of a with the decoded results of a response of
+// type rt. Only called from serializer callbacks.
+func (c *Client) apply(a *authority, ch *xdsChannel, rt *ResourceType, version string, results map[string]decoded, now time.Time, fc *flowControl) {
+	for name, s := range a.resources[rt.TypeURL] {
+		d, ok := results[name]
+		switch {
+		case !ok:
+			if rt.AllResourcesRequiredInSotW {
+				c.applyAbsent(ch, s, fc)
+			}
+		case d.err != nil:
+			s.stopTimer()
+			c.applyNACK(ch, s, version, d.err, now, fc)
+		default:
+			s.stopTimer()
+			c.applyGood(s, version, d, now, fc)
+		}
+	}
+}
+
+// applyGood stores an accepted value and tells the watchers if it changed.
+func (c *Client) applyGood(s *resourceState, version string, d decoded, now time.Time, fc *flowControl) {
+	if s.ignored {
+		logger.Infof("xdsclient: %s resource %q is back after its deletion was ignored [xds node id %q]", s.rt.TypeName, s.name, c.nodeID)
+		s.ignored = false
+	}
+	changed := s.data == nil || !s.data.Equal(d.data)
+	s.status, s.nack, s.lastErr = StatusACKed, nil, nil
+	s.version, s.raw, s.lastUpdated = version, d.raw, now
+	if !changed {
+		return
+	}
+	s.data = d.data
+	s.notifyData(fc)
+}
+
+// applyNACK records a rejected resource. Watchers keep a cached value and
+// hear an AmbientError; without one they hear a ResourceError (gRFC A46,
+// A88).
+func (c *Client) applyNACK(ch *xdsChannel, s *resourceState, version string, cause error, now time.Time, fc *flowControl) {
+	s.status = StatusNACKed
+	s.nack = &UpdateErrorState{Version: version, Reason: cause.Error(), Time: now}
+	s.lastErr = &Error{Kind: KindNACK, TypeName: s.rt.TypeName, Name: s.name, Server: ch.server.ServerURI, NodeID: c.nodeID, Err: cause}
+	s.notifyError(s.data == nil, s.lastErr, fc)
+}
+
+// applyAbsent handles a cached resource missing from a State-of-the-World
+// response of a type that requires all resources: a deletion, unless the
+// server has ignore_resource_deletion (gRFC A53). A resource that was never
+// received is left to its timer: the response may answer an older request.
+func (c *Client) applyAbsent(ch *xdsChannel, s *resourceState, fc *flowControl) {
+	if s.data == nil {
+		return
+	}
+	if ch.server.IgnoreResourceDeletion {
+		if !s.ignored {
+			s.ignored = true
+			logger.Warningf("xdsclient: ignoring deletion of %s resource %q by management server %q (ignore_resource_deletion) [xds node id %q]",
+				s.rt.TypeName, s.name, ch.server, c.nodeID)
+		}
+		return
+	}
+	s.status, s.data, s.raw, s.version, s.nack = StatusDoesNotExist, nil, nil, "", nil
+	s.lastErr = &Error{Kind: KindDoesNotExist, TypeName: s.rt.TypeName, Name: s.name, Server: ch.server.ServerURI, NodeID: c.nodeID,
+		Err: errors.New("removed by the management server")}
+	s.notifyError(true, s.lastErr, fc)
+}
