@@ -315,8 +315,8 @@ func TestCompileErrors(t *testing.T) {
 			wantChain: `default_filter_chain "def"`, wantField: "filters",
 		},
 		{
-			desc: "chain after a valid one",
-			lis: newListener(chain("a", nil), &listenerpb.FilterChain{Name: "b", FilterChainMatch: &listenerpb.FilterChainMatch{SourcePorts: []uint32{1}}}),
+			desc:      "chain after a valid one",
+			lis:       newListener(chain("a", nil), &listenerpb.FilterChain{Name: "b", FilterChainMatch: &listenerpb.FilterChainMatch{SourcePorts: []uint32{1}}}),
 			wantChain: `filter_chains[1] "b"`, wantField: "filters",
 		},
 		{
