@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	matcherpb "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/proxyless-grpc/xds/internal/matcher"
 )
