@@ -133,7 +133,7 @@ func TestParse_Servers(t *testing.T) {
 				"ca_certificate_file": "/ca.pem", "refresh_interval": null}}]}]}`,
 			want: with(func(c *Config) {
 				c.XDSServers = []*ServerConfig{{ServerURI: "s", ChannelCreds: ChannelCreds{
-					Type:   CredsTLS,
+					Type: CredsTLS,
 					Config: json.RawMessage(`{
 				"ca_certificate_file": "/ca.pem", "refresh_interval": null}`),
 					TLS: &TLSCreds{CACertificateFile: "/ca.pem", RefreshInterval: 10 * time.Minute},
