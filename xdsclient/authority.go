@@ -48,6 +48,7 @@ type resourceState struct {
 	status      ResourceStatus
 	data        ResourceData // last accepted value; nil if none
 	raw         *anypb.Any   // data as received
+	from        *xdsChannel  // the channel data came from
 	version     string       // version_info of the response that carried data
 	lastUpdated time.Time
 	nack        *UpdateErrorState // set while status is StatusNACKed

@@ -136,27 +136,27 @@ func (c *Client) apply(a *authority, ch *xdsChannel, rt *ResourceType, version s
 		switch {
 		case !ok:
 			if rt.AllResourcesRequiredInSotW {
-				c.applyAbsent(ch, s, fc)
+				c.applyAbsent(a, ch, s, fc)
 			}
 		case d.err != nil:
 			s.stopTimer()
 			c.applyNACK(ch, s, version, d.err, now, fc)
 		default:
 			s.stopTimer()
-			c.applyGood(s, version, d, now, fc)
+			c.applyGood(s, ch, version, d, now, fc)
 		}
 	}
 }
 
 // applyGood stores an accepted value and tells the watchers if it changed.
-func (c *Client) applyGood(s *resourceState, version string, d decoded, now time.Time, fc *flowControl) {
+func (c *Client) applyGood(s *resourceState, ch *xdsChannel, version string, d decoded, now time.Time, fc *flowControl) {
 	if s.ignored {
 		logger.Infof("xdsclient: %s resource %q is back after its deletion was ignored [xds node id %q]", s.rt.TypeName, s.name, c.nodeID)
 		s.ignored = false
 	}
 	changed := s.data == nil || !s.data.Equal(d.data)
 	s.status, s.nack, s.lastErr = StatusACKed, nil, nil
-	s.version, s.raw, s.lastUpdated = version, d.raw, now
+	s.version, s.raw, s.lastUpdated, s.from = version, d.raw, now, ch
 	if !changed {
 		return
 	}
@@ -178,8 +178,14 @@ func (c *Client) applyNACK(ch *xdsChannel, s *resourceState, version string, cau
 // response of a type that requires all resources: a deletion, unless the
 // server has ignore_resource_deletion (gRFC A53). A resource that was never
 // received is left to its timer: the response may answer an older request.
-func (c *Client) applyAbsent(ch *xdsChannel, s *resourceState, fc *flowControl) {
+// A lower-priority (fallback) server cannot delete a value that a
+// higher-priority server of the authority supplied (gRFC A71: cached
+// resources from the primary keep serving during fallback).
+func (c *Client) applyAbsent(a *authority, ch *xdsChannel, s *resourceState, fc *flowControl) {
 	if s.data == nil {
+		return
+	}
+	if from := a.index(s.from); from >= 0 && a.index(ch) > from {
 		return
 	}
 	if ch.server.IgnoreResourceDeletion {
@@ -190,7 +196,7 @@ func (c *Client) applyAbsent(ch *xdsChannel, s *resourceState, fc *flowControl) 
 		}
 		return
 	}
-	s.status, s.data, s.raw, s.version, s.nack = StatusDoesNotExist, nil, nil, "", nil
+	s.status, s.data, s.raw, s.version, s.nack, s.from = StatusDoesNotExist, nil, nil, "", nil, nil
 	s.lastErr = &Error{Kind: KindDoesNotExist, TypeName: s.rt.TypeName, Name: s.name, Server: ch.server.ServerURI, NodeID: c.nodeID,
 		Err: errors.New("removed by the management server")}
 	s.notifyError(true, s.lastErr, fc)

@@ -1,0 +1,206 @@
+package xdsclient_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
+	"github.com/proxyless-grpc/xds/xdsclient"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// A valid Listener is delivered and ACKed with the response's version and a
+// nonce; the next update is ACKed with the next version and a new nonce.
+func TestACK(t *testing.T) {
+	ctx := testContext(t)
+	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
+	c := newClient(t, e2e.BootstrapOptions{ServerURIs: []string{ms.Address}}, xdsclient.Options{})
+
+	l1 := testListener("lis", 1)
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{l1}})
+	w := newTestWatcher()
+	defer c.WatchResource(listenerType, "lis", w)()
+	w.wantData(ctx, t, l1)
+	ack1, err := ms.WaitForRequest(ctx, e2e.IsACK(listenerURL, "1"))
+	if err != nil {
+		t.Fatalf("waiting for the ACK of version 1: %v", err)
+	}
+	if got := ack1.GetResourceNames(); len(got) != 1 || got[0] != "lis" {
+		t.Errorf("ACK resource_names = %v, want [lis]", got)
+	}
+
+	l2 := testListener("lis", 2)
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{l2}})
+	w.wantData(ctx, t, l2)
+	ack2, err := ms.WaitForRequest(ctx, e2e.IsACK(listenerURL, "2"))
+	if err != nil {
+		t.Fatalf("waiting for the ACK of version 2: %v", err)
+	}
+	if ack2.GetResponseNonce() == ack1.GetResponseNonce() {
+		t.Errorf("ACK of version 2 carries the nonce of version 1 (%q)", ack1.GetResponseNonce())
+	}
+	if reqs := ms.Requests(); reqs[0].GetNode().GetId() != "test-node" {
+		t.Errorf("first request node id = %q, want %q", reqs[0].GetNode().GetId(), "test-node")
+	}
+}
+
+// An invalid update of a cached Listener is NACKed with the last accepted
+// version and an INVALID_ARGUMENT error_detail; the watcher keeps the old
+// value and hears an AmbientError.
+func TestNACKKeepsPreviousValue(t *testing.T) {
+	ctx := testContext(t)
+	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
+	c := newClient(t, e2e.BootstrapOptions{ServerURIs: []string{ms.Address}}, xdsclient.Options{})
+
+	good := testListener("lis", 1)
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{good}})
+	w := newTestWatcher()
+	defer c.WatchResource(listenerType, "lis", w)()
+	w.wantData(ctx, t, good)
+
+	bad := testListener("lis", 2)
+	bad.UseOriginalDst = wrapperspb.Bool(true)
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{bad}})
+	w.wantError(ctx, t, "ambient", xdsclient.KindNACK)
+	nack, err := ms.WaitForRequest(ctx, e2e.IsNACK(listenerURL))
+	if err != nil {
+		t.Fatalf("waiting for the NACK: %v", err)
+	}
+	if nack.GetVersionInfo() != "1" {
+		t.Errorf("NACK version_info = %q, want the last accepted %q", nack.GetVersionInfo(), "1")
+	}
+	if code := codes.Code(nack.GetErrorDetail().GetCode()); code != codes.InvalidArgument {
+		t.Errorf("NACK error_detail code = %v, want %v", code, codes.InvalidArgument)
+	}
+	if msg := nack.GetErrorDetail().GetMessage(); !strings.Contains(msg, "lis: ") || !strings.Contains(msg, "test-node") {
+		t.Errorf("NACK error_detail message %q does not name the resource and the node", msg)
+	}
+
+	// The cached value is still served to new watchers, with the NACK.
+	w2 := newTestWatcher()
+	defer c.WatchResource(listenerType, "lis", w2)()
+	w2.wantData(ctx, t, good)
+	w2.wantError(ctx, t, "ambient", xdsclient.KindNACK)
+}
+
+// In a response with valid and invalid resources, the valid ones are applied
+// (gRFC A46) and the NACK names every invalid one and only those (gRFC A40).
+func TestPartialNACK(t *testing.T) {
+	ctx := testContext(t)
+	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
+	c := newClient(t, e2e.BootstrapOptions{ServerURIs: []string{ms.Address}}, xdsclient.Options{})
+
+	wGood, wBad1, wBad2 := newTestWatcher(), newTestWatcher(), newTestWatcher()
+	defer c.WatchResource(listenerType, "good", wGood)()
+	defer c.WatchResource(listenerType, "bad1", wBad1)()
+	defer c.WatchResource(listenerType, "bad2", wBad2)()
+	for _, names := range [][]string{{"bad1", "bad2", "good"}} {
+		if _, err := ms.WaitForRequest(ctx, e2e.IsSubscription(listenerURL, names...)); err != nil {
+			t.Fatalf("waiting for the subscription to %v: %v", names, err)
+		}
+	}
+
+	good := testListener("good", 1)
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{good, badListener("bad1")}})
+	wGood.wantData(ctx, t, good)
+	wBad1.wantError(ctx, t, "error", xdsclient.KindNACK)
+	nack, err := ms.WaitForRequest(ctx, e2e.IsNACK(listenerURL))
+	if err != nil {
+		t.Fatalf("waiting for the NACK: %v", err)
+	}
+	msg := nack.GetErrorDetail().GetMessage()
+	if !strings.Contains(msg, "bad1: ") || strings.Contains(msg, "good: ") {
+		t.Errorf("NACK message %q should name bad1 and only bad1", msg)
+	}
+
+	bad2 := testListener("bad2", 3)
+	bad2.UseOriginalDst = wrapperspb.Bool(true)
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{good, badListener("bad1"), bad2}})
+	wBad1.wantError(ctx, t, "error", xdsclient.KindNACK)
+	wBad2.wantError(ctx, t, "error", xdsclient.KindNACK)
+	wGood.wantNothing(t) // identical re-send
+	nack2, err := ms.WaitForRequest(ctx, func(r *discoveryRequest) bool {
+		return e2e.IsNACK(listenerURL)(r) && r.GetResponseNonce() != nack.GetResponseNonce()
+	})
+	if err != nil {
+		t.Fatalf("waiting for the second NACK: %v", err)
+	}
+	msg = nack2.GetErrorDetail().GetMessage()
+	for _, want := range []string{"bad1: listener_filters", "bad2: use_original_dst"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("NACK message %q does not contain %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "good: ") {
+		t.Errorf("NACK message %q names the valid resource", msg)
+	}
+	// Version "0" is the server's empty first response, the last one ACKed.
+	if nack2.GetVersionInfo() != "0" {
+		t.Errorf("NACK version_info = %q, want %q (the last accepted)", nack2.GetVersionInfo(), "0")
+	}
+}
+
+// A resource the server never sends is reported as not existing once the
+// timer expires; a later watcher hears it at once.
+func TestDoesNotExistTimer(t *testing.T) {
+	ctx := testContext(t)
+	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
+	c := newClient(t, e2e.BootstrapOptions{ServerURIs: []string{ms.Address}}, xdsclient.Options{WatchExpiryTimeout: 200 * time.Millisecond})
+
+	w := newTestWatcher()
+	defer c.WatchResource(listenerType, "missing", w)()
+	err := w.wantError(ctx, t, "error", xdsclient.KindDoesNotExist)
+	if !errors.Is(err, xdsclient.ErrResourceDoesNotExist) {
+		t.Errorf("error %v does not match ErrResourceDoesNotExist", err)
+	}
+	if !strings.Contains(err.Error(), "test-node") {
+		t.Errorf("error %q does not carry the node id", err)
+	}
+
+	w2 := newTestWatcher()
+	defer c.WatchResource(listenerType, "missing", w2)()
+	w2.wantError(ctx, t, "error", xdsclient.KindDoesNotExist)
+
+	// The resource appearing later is delivered.
+	l := testListener("missing", 1)
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{l}})
+	w.wantData(ctx, t, l)
+	w2.wantData(ctx, t, l)
+}
+
+// The timer does not run while the server cannot be reached (gRFC A57); it
+// starts once the subscription is sent on a live stream.
+func TestDoesNotExistTimerNotStartedWhileServerDown(t *testing.T) {
+	ctx := testContext(t)
+	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
+	ms.Stop()
+	c := newClient(t, e2e.BootstrapOptions{ServerURIs: []string{ms.Address}}, xdsclient.Options{WatchExpiryTimeout: 100 * time.Millisecond})
+
+	w := newTestWatcher()
+	defer c.WatchResource(listenerType, "missing", w)()
+	// Connectivity errors arrive, as AmbientErrors only.
+	e := <-w.events
+	if !isConnErr(e) {
+		t.Fatalf("got callback %s (%v), want a connectivity AmbientError", e.kind, e.err)
+	}
+	sleepCtx, cancel := context.WithTimeout(ctx, 4*100*time.Millisecond)
+	defer cancel()
+	for done := false; !done; {
+		select {
+		case e := <-w.events:
+			if !isConnErr(e) {
+				t.Fatalf("got callback %s (%v) while the server is down", e.kind, e.err)
+			}
+		case <-sleepCtx.Done():
+			done = true
+		}
+	}
+
+	ms.Restart(t)
+	w.wantError(ctx, t, "error", xdsclient.KindDoesNotExist)
+}
