@@ -32,8 +32,9 @@ var (
 )
 
 // Error is the error returned by Parse and Load for a bootstrap that cannot
-// be used. Use errors.As to read its fields and errors.Is on it to test for
-// the sentinels above, *json.SyntaxError or fs.ErrNotExist.
+// be used. Use errors.As to read its fields (or to find a wrapped
+// *json.SyntaxError), and errors.Is to test for the sentinels above or for
+// fs.ErrNotExist from Load.
 type Error struct {
 	// Source says where the bootstrap came from: "bootstrap option",
 	// "GRPC_XDS_BOOTSTRAP_CONFIG", or `file "<path>" (GRPC_XDS_BOOTSTRAP)`.
