@@ -278,10 +278,10 @@ func BenchmarkCallbackSerializer(b *testing.B) {
 	s := NewCallbackSerializer()
 	defer func() { s.Close(); <-s.Done() }()
 	var wg sync.WaitGroup
-	wg.Add(b.N)
 	f := func(context.Context) { wg.Done() }
 	b.ReportAllocs()
 	for b.Loop() {
+		wg.Add(1)
 		s.TrySchedule(f)
 	}
 	wg.Wait()

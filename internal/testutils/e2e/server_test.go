@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -154,8 +156,12 @@ func checkResponse(t *testing.T, resp *discoverypb.DiscoveryResponse, wantVersio
 	if resp.GetVersionInfo() != wantVersion {
 		t.Errorf("response version_info = %q, want %q", resp.GetVersionInfo(), wantVersion)
 	}
-	sortByName := protocmp.SortRepeated(func(a, b *listenerpb.Listener) bool { return a.GetName() < b.GetName() })
-	if diff := cmp.Diff(listeners(t, resp), want, protocmp.Transform(), sortByName); diff != "" {
+	// The order of resources in a response is unspecified.
+	got := listeners(t, resp)
+	byName := func(a, b *listenerpb.Listener) int { return strings.Compare(a.GetName(), b.GetName()) }
+	slices.SortFunc(got, byName)
+	want = slices.SortedFunc(slices.Values(want), byName)
+	if diff := cmp.Diff(got, want, protocmp.Transform()); diff != "" {
 		t.Errorf("response Listeners (-got, +want):\n%s", diff)
 	}
 }
