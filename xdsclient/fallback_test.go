@@ -2,8 +2,8 @@ package xdsclient_test
 
 import (
 	"sync/atomic"
-	"time"
 	"testing"
+	"time"
 
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"

@@ -107,11 +107,16 @@ type event struct {
 }
 
 // testWatcher records its callbacks on a channel and calls onDone at once.
+// Connectivity errors, which repeat on every failed reconnect, go to
+// connErrs instead, dropped when it is full.
 type testWatcher struct {
-	events chan event
+	events   chan event
+	connErrs chan error
 }
 
-func newTestWatcher() *testWatcher { return &testWatcher{events: make(chan event, 100)} }
+func newTestWatcher() *testWatcher {
+	return &testWatcher{events: make(chan event, 100), connErrs: make(chan error, 1)}
+}
 
 func (w *testWatcher) ResourceChanged(d xdsclient.ResourceData, onDone func()) {
 	w.events <- event{kind: "data", data: d}
@@ -124,8 +129,15 @@ func (w *testWatcher) ResourceError(err error, onDone func()) {
 }
 
 func (w *testWatcher) AmbientError(err error, onDone func()) {
+	defer onDone()
+	if e := (event{kind: "ambient", err: err}); isConnErr(e) {
+		select {
+		case w.connErrs <- err:
+		default:
+		}
+		return
+	}
 	w.events <- event{kind: "ambient", err: err}
-	onDone()
 }
 
 // next returns the next event that is not a connectivity AmbientError.

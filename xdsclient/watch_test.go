@@ -8,6 +8,7 @@ import (
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 	"github.com/proxyless-grpc/xds/xdsclient"
+	"google.golang.org/protobuf/proto"
 )
 
 // A Listener missing from a State-of-the-World response is deleted; the other
@@ -284,4 +285,33 @@ func findDump(c *xdsclient.Client, typeURL, name string) *xdsclient.ResourceDump
 		}
 	}
 	return nil
+}
+
+// typedListenerWatcher is a TypedWatcher of the test Listener data.
+type typedListenerWatcher struct{ got chan *listenerpb.Listener }
+
+func (w typedListenerWatcher) ResourceChanged(d listenerData, onDone func()) {
+	w.got <- d.l
+	onDone()
+}
+func (w typedListenerWatcher) ResourceError(_ error, onDone func()) { onDone() }
+func (w typedListenerWatcher) AmbientError(_ error, onDone func())  { onDone() }
+
+// Watch delivers typed values.
+func TestTypedWatch(t *testing.T) {
+	ctx := testContext(t)
+	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
+	c := newClient(t, e2e.BootstrapOptions{ServerURIs: []string{ms.Address}}, xdsclient.Options{})
+	l := testListener("lis", 1)
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{l}})
+	w := typedListenerWatcher{got: make(chan *listenerpb.Listener, 1)}
+	defer xdsclient.Watch[listenerData](c, listenerType, "lis", w)()
+	select {
+	case got := <-w.got:
+		if !proto.Equal(got, l) {
+			t.Errorf("got %v, want %v", got, l)
+		}
+	case <-ctx.Done():
+		t.Fatal("timed out waiting for the typed update")
+	}
 }
