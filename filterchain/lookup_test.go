@@ -252,6 +252,19 @@ func TestLookup(t *testing.T) {
 			},
 		},
 		{
+			desc: "transport protocol: raw_buffer beats empty, without fallback",
+			lis: withDefault(newListener(
+				chain("raw-port", &listenerpb.FilterChainMatch{TransportProtocol: "raw_buffer", SourcePorts: []uint32{1}}),
+				chain("empty", nil),
+				chain("empty-10", &listenerpb.FilterChainMatch{PrefixRanges: cidrs("10.0.0.0/8")}),
+			)),
+			probes: []probe{
+				{"1.1.1.1:1", "2.2.2.2:80", "raw-port"},
+				{"1.1.1.1:2", "2.2.2.2:80", "default"},
+				{"1.1.1.1:2", "10.0.0.1:80", "empty-10"},
+			},
+		},
+		{
 			desc: "chains that can never match are never selected",
 			lis: withDefault(newListener(
 				chain("sni", &listenerpb.FilterChainMatch{PrefixRanges: cidrs("10.0.0.0/8"), ServerNames: []string{"x"}}),

@@ -5,13 +5,16 @@ import (
 )
 
 // lookupTable selects a chain in stages, as Envoy does: destination IP,
-// directly connected source IP, source type, source IP, source port. At each
+// transport protocol, directly connected source IP, source type, source IP,
+// source port. (Destination port, server name and application protocol
+// stages are left out: only chains without those fields get here.) At each
 // IP stage the longest matching prefix wins and the search continues only
 // below it: there is no fallback to a shorter prefix when a later stage
 // fails. Each stage is a trie or an array indexed by the previous stage's
 // result, so a lookup costs O(address bits). Immutable after buildLookup.
 type lookupTable struct {
-	dst       ipStage     // values index directSrc
+	dst       ipStage     // values index transport
+	transport [][2]int32  // by transport: "" and "raw_buffer"; values index directSrc, -1 when absent
 	directSrc []ipStage   // values index types
 	types     [][3]int32  // by source type; values index src, -1 when absent
 	src       []ipStage   // values index ports
@@ -22,6 +25,12 @@ type lookupTable struct {
 type ipStage struct{ fam [2]trie }
 
 func (s *ipStage) lookup(fam int, k key128) int32 { return s.fam[fam].lookup(k) }
+
+// Transport protocol slots.
+const (
+	tpAny       = 0 // transport_protocol ""
+	tpRawBuffer = 1 // transport_protocol "raw_buffer"
+)
 
 // portStage maps source ports to chains; any is the chain without
 // source_ports, or nil.
@@ -41,6 +50,14 @@ func (l *lookupTable) find(src, dst netip.AddrPort) *FilterChain {
 	i := l.dst.lookup(df, dk)
 	if i < 0 {
 		return nil
+	}
+	// A connection's transport protocol is always raw_buffer: a chain that
+	// names it is more specific than one that leaves it empty.
+	tp := &l.transport[i]
+	if i = tp[tpRawBuffer]; i < 0 {
+		if i = tp[tpAny]; i < 0 {
+			return nil
+		}
 	}
 	if i = l.directSrc[i].lookup(sf, sk); i < 0 {
 		return nil
@@ -71,7 +88,8 @@ func (l *lookupTable) find(src, dst netip.AddrPort) *FilterChain {
 // both families, so at each IP stage it competes with an explicit /0 at the
 // same specificity (gRFC A36 still counts the two as different matchers).
 type (
-	dstBuild       map[netip.Prefix]*directSrcBuild
+	dstBuild       map[netip.Prefix]*transportBuild
+	transportBuild [2]directSrcBuild // by tpAny, tpRawBuffer
 	directSrcBuild map[netip.Prefix]*typesBuild
 	typesBuild     [3]srcBuild
 	srcBuild       map[netip.Prefix]*portsBuild
@@ -137,13 +155,17 @@ func (b dstBuild) add(chain *FilterChain, m matcher) {
 		}
 	}
 	c := candidate{chain: chain, rank: rank}
+	tp := tpAny
+	if m.transport != "" {
+		tp = tpRawBuffer
+	}
 	for _, d := range prefixes(m.dst) {
-		ds := getOrNew(b, d)
-		if *ds == nil {
-			*ds = directSrcBuild{}
+		tb := getOrNew(b, d)
+		if tb[tp] == nil {
+			tb[tp] = directSrcBuild{}
 		}
 		for _, dsrc := range prefixes(m.directSrc) {
-			tb := getOrNew(*ds, dsrc)
+			tb := getOrNew(tb[tp], dsrc)
 			if tb[m.srcType] == nil {
 				tb[m.srcType] = srcBuild{}
 			}
@@ -181,10 +203,17 @@ func newIPStage[V any](m map[netip.Prefix]*V, index func(*V) int32) ipStage {
 }
 
 func (l *lookupTable) flattenDst(b dstBuild) ipStage {
-	return newIPStage(b, func(ds *directSrcBuild) int32 {
-		st := newIPStage(*ds, l.flattenTypes)
-		l.directSrc = append(l.directSrc, st)
-		return int32(len(l.directSrc) - 1)
+	return newIPStage(b, func(tb *transportBuild) int32 {
+		var idx [2]int32
+		for tp, ds := range tb {
+			idx[tp] = -1
+			if ds != nil {
+				l.directSrc = append(l.directSrc, newIPStage(ds, l.flattenTypes))
+				idx[tp] = int32(len(l.directSrc) - 1)
+			}
+		}
+		l.transport = append(l.transport, idx)
+		return int32(len(l.transport) - 1)
 	})
 }
 

@@ -450,11 +450,12 @@ func TestCompileDuplicates(t *testing.T) {
 			},
 		},
 		{
-			desc: "different server names",
+			desc: "different server names and transport protocols",
 			chains: []*listenerpb.FilterChainMatch{
 				{ServerNames: []string{"a"}},
 				{ServerNames: []string{"b"}},
 				{TransportProtocol: "tls"},
+				{TransportProtocol: "raw_buffer"},
 				{},
 			},
 		},
