@@ -12,13 +12,53 @@ import (
 // length, whatever the number of virtual hosts. Immutable after build.
 type domainIndex struct {
 	exact map[string]int // lower-case domain -> virtual host index
-	// suffix maps the part after a leading '*' ("*.foo.com" -> ".foo.com").
-	suffix     map[string]int
-	suffixLens []int // distinct key lengths, descending
-	// prefix maps the part before a trailing '*' ("foo.*" -> "foo.").
-	prefix     map[string]int
-	prefixLens []int // distinct key lengths, descending
-	star       int   // virtual host of "*"; -1 if none
+	// suffix holds the parts after a leading '*' ("*.foo.com" -> ".foo.com").
+	suffix wildcards
+	// prefix holds the parts before a trailing '*' ("foo.*" -> "foo.").
+	prefix wildcards
+	star   int // virtual host of "*"; -1 if none
+}
+
+// wildcards indexes the fixed parts of wildcard domains of one kind.
+type wildcards struct {
+	keys map[string]int // fixed part -> virtual host index
+	lens []keyLength    // distinct key lengths, longest first
+}
+
+// keyLength is a length of wildcard keys with the set of bytes those keys
+// have at their inner edge (next to the '*'): the first byte of a suffix, the
+// last of a prefix. Checking that byte of the host first skips most map
+// probes that would miss, which matters when thousands of keys make the map
+// probe hash the host.
+type keyLength struct {
+	n    int
+	edge [4]uint64 // bit b is set if some key has byte b at its edge
+}
+
+func (k *keyLength) has(b byte) bool { return k.edge[b>>6]&(1<<(b&63)) != 0 }
+
+// add indexes key for virtual host vh unless key is already there; edge is
+// its inner edge byte.
+func (w *wildcards) add(key string, edge byte, vh int) {
+	if w.keys == nil {
+		w.keys = map[string]int{}
+	}
+	if _, ok := w.keys[key]; ok {
+		return
+	}
+	w.keys[key] = vh
+	i := slices.IndexFunc(w.lens, func(k keyLength) bool { return k.n == len(key) })
+	if i < 0 {
+		w.lens = append(w.lens, keyLength{n: len(key)})
+		i = len(w.lens) - 1
+	}
+	w.lens[i].edge[edge>>6] |= 1 << (edge & 63)
+}
+
+// sort orders the lengths longest first, so that the first hit is the
+// longest match.
+func (w *wildcards) sort() {
+	slices.SortFunc(w.lens, func(a, b keyLength) int { return b.n - a.n })
 }
 
 // domainKind classifies a domain pattern.
@@ -64,9 +104,9 @@ func newDomainIndex(domains [][]string) domainIndex {
 			case domainExact:
 				x.exact = addFirst(x.exact, key, vh)
 			case domainSuffix:
-				x.suffix = addFirst(x.suffix, key, vh)
+				x.suffix.add(key, key[0], vh)
 			case domainPrefix:
-				x.prefix = addFirst(x.prefix, key, vh)
+				x.prefix.add(key, key[len(key)-1], vh)
 			case domainStar:
 				if x.star < 0 {
 					x.star = vh
@@ -74,8 +114,8 @@ func newDomainIndex(domains [][]string) domainIndex {
 			}
 		}
 	}
-	x.suffixLens = keyLengths(x.suffix)
-	x.prefixLens = keyLengths(x.prefix)
+	x.suffix.sort()
+	x.prefix.sort()
 	return x
 }
 
@@ -88,19 +128,6 @@ func addFirst(m map[string]int, k string, v int) map[string]int {
 		m[k] = v
 	}
 	return m
-}
-
-// keyLengths returns the distinct lengths of m's keys, longest first.
-func keyLengths(m map[string]int) []int {
-	var lens []int
-	for k := range m {
-		if !slices.Contains(lens, len(k)) {
-			lens = append(lens, len(k))
-		}
-	}
-	slices.Sort(lens)
-	slices.Reverse(lens)
-	return lens
 }
 
 // maxStackAuthority is the longest authority lower-cased on the stack; a
@@ -135,16 +162,18 @@ func lookup[S string | []byte](x *domainIndex, host S) int {
 		return vh
 	}
 	n := len(host)
-	for _, l := range x.suffixLens {
-		if l < n {
-			if vh, ok := x.suffix[string(host[n-l:])]; ok {
+	for i := range x.suffix.lens {
+		l := &x.suffix.lens[i]
+		if l.n < n && l.has(host[n-l.n]) {
+			if vh, ok := x.suffix.keys[string(host[n-l.n:])]; ok {
 				return vh
 			}
 		}
 	}
-	for _, l := range x.prefixLens {
-		if l < n {
-			if vh, ok := x.prefix[string(host[:l])]; ok {
+	for i := range x.prefix.lens {
+		l := &x.prefix.lens[i]
+		if l.n < n && l.has(host[l.n-1]) {
+			if vh, ok := x.prefix.keys[string(host[:l.n])]; ok {
 				return vh
 			}
 		}
