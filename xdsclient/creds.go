@@ -3,8 +3,11 @@ package xdsclient
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"os"
+	"sync"
+	"time"
 
 	"github.com/proxyless-grpc/xds/bootstrap"
 	"google.golang.org/grpc/credentials"
@@ -12,47 +15,126 @@ import (
 )
 
 // transportCredentials builds the channel credentials of a management server
-// from its bootstrap entry: "insecure", or "tls" as gRFC A65 describes (CA
-// file, else the system roots; optional client certificate and key). The
-// files are read once, when the channel is created; their refresh interval
-// is not honoured (a new client picks up new files).
+// from its bootstrap entry: "insecure", or "tls" as gRFC A65 describes (the
+// CA file, else the system roots; an optional client certificate and key).
+// The files are read once here, so that unusable files fail the channel at
+// once, and read again on a TLS handshake once RefreshInterval has passed;
+// no goroutine is involved.
 func transportCredentials(s *bootstrap.ServerConfig) (credentials.TransportCredentials, error) {
 	switch s.ChannelCreds.Type {
 	case bootstrap.CredsInsecure:
 		return insecure.NewCredentials(), nil
 	case bootstrap.CredsTLS:
-		cfg, err := tlsConfig(s.ChannelCreds.TLS)
-		if err != nil {
-			return nil, fmt.Errorf("xdsclient: tls credentials of management server %q: %w", s.ServerURI, err)
+		files := s.ChannelCreds.TLS
+		if files == nil {
+			files = &bootstrap.TLSCreds{}
 		}
-		return credentials.NewTLS(cfg), nil
+		r := &certFiles{files: files}
+		if _, _, err := r.current(); err != nil {
+			return nil, fmt.Errorf("xdsclient: tls channel credentials of management server %q: %w", s.ServerURI, err)
+		}
+		return credentials.NewTLS(r.tlsConfig()), nil
 	default:
 		return nil, fmt.Errorf("xdsclient: management server %q: unsupported channel credentials %q", s.ServerURI, s.ChannelCreds.Type)
 	}
 }
 
-func tlsConfig(t *bootstrap.TLSCreds) (*tls.Config, error) {
+// certFiles reads the certificate files of gRFC A65 channel credentials and
+// re-reads them at most every RefreshInterval.
+type certFiles struct {
+	files *bootstrap.TLSCreds // immutable
+
+	mu       sync.Mutex
+	loadedAt time.Time        // guarded by mu; zero before the first successful load
+	roots    *x509.CertPool   // guarded by mu; nil when there is no CA file
+	cert     *tls.Certificate // guarded by mu; nil when there is no certificate file
+}
+
+// tlsConfig returns a client config that verifies the server against the
+// current roots and presents the current certificate.
+func (r *certFiles) tlsConfig() *tls.Config {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if t == nil {
-		return cfg, nil
+	if r.files.CACertificateFile != "" {
+		// Verification is done in VerifyConnection, against the roots
+		// current at handshake time; Go's built-in verification would pin
+		// the roots of the first load.
+		cfg.InsecureSkipVerify = true
+		cfg.VerifyConnection = r.verify
 	}
-	if t.CACertificateFile != "" {
-		pem, err := os.ReadFile(t.CACertificateFile)
+	if r.files.CertificateFile != "" {
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			_, cert, err := r.current()
+			return cert, err
+		}
+	}
+	return cfg
+}
+
+// verify checks the server's chain and name as crypto/tls would.
+func (r *certFiles) verify(cs tls.ConnectionState) error {
+	roots, _, err := r.current()
+	if err != nil {
+		return err
+	}
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("xdsclient: management server sent no certificate")
+	}
+	inter := x509.NewCertPool()
+	for _, c := range cs.PeerCertificates[1:] {
+		inter.AddCert(c)
+	}
+	_, err = cs.PeerCertificates[0].Verify(x509.VerifyOptions{
+		Roots:         roots,
+		Intermediates: inter,
+		DNSName:       cs.ServerName,
+	})
+	return err
+}
+
+// current returns the roots and certificate, reloading the files when the
+// refresh interval has passed. A failed reload keeps the previous files.
+func (r *certFiles) current() (*x509.CertPool, *tls.Certificate, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	interval := r.files.RefreshInterval
+	if interval <= 0 {
+		interval = bootstrap.DefaultRefreshInterval
+	}
+	if !r.loadedAt.IsZero() && time.Since(r.loadedAt) < interval {
+		return r.roots, r.cert, nil
+	}
+	roots, cert, err := loadCertFiles(r.files)
+	if err != nil {
+		if r.loadedAt.IsZero() {
+			return nil, nil, err
+		}
+		logger.Warningf("xdsclient: reloading channel credential files failed, keeping the previous ones: %v", err)
+		r.loadedAt = time.Now()
+		return r.roots, r.cert, nil
+	}
+	r.roots, r.cert, r.loadedAt = roots, cert, time.Now()
+	return roots, cert, nil
+}
+
+func loadCertFiles(f *bootstrap.TLSCreds) (*x509.CertPool, *tls.Certificate, error) {
+	var roots *x509.CertPool
+	if f.CACertificateFile != "" {
+		pem, err := os.ReadFile(f.CACertificateFile)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("no certificate in CA file %q", t.CACertificateFile)
+		roots = x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, nil, fmt.Errorf("no PEM certificate in CA file %q", f.CACertificateFile)
 		}
-		cfg.RootCAs = pool
 	}
-	if t.CertificateFile != "" || t.PrivateKeyFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertificateFile, t.PrivateKeyFile)
+	var cert *tls.Certificate
+	if f.CertificateFile != "" || f.PrivateKeyFile != "" {
+		c, err := tls.LoadX509KeyPair(f.CertificateFile, f.PrivateKeyFile)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		cfg.Certificates = []tls.Certificate{cert}
+		cert = &c
 	}
-	return cfg, nil
+	return roots, cert, nil
 }
