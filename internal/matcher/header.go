@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	matcherpb "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 )
 
 // Headers is the request metadata a HeaderMatcher reads. Keys are
@@ -168,18 +167,4 @@ func (m *HeaderMatcher) Match(h Headers) bool {
 		ok = m.str.Match(v)
 	}
 	return ok != m.invert
-}
-
-// NewStringMatchers compiles a list of StringMatchers, naming the failing one
-// by its index (`[2].prefix: ...`).
-func NewStringMatchers(ms []*matcherpb.StringMatcher) ([]StringMatcher, error) {
-	out := make([]StringMatcher, len(ms))
-	for i, m := range ms {
-		sm, err := NewStringMatcher(m)
-		if err != nil {
-			return nil, fmt.Errorf("[%d].%w", i, err)
-		}
-		out[i] = sm
-	}
-	return out, nil
 }

@@ -76,6 +76,13 @@ func compile(rc *routepb.RouteConfiguration, p *httpfilter.Parser) (*Router, err
 		domains[i] = vhpb.GetDomains()
 	}
 	r.domains = newDomainIndex(domains)
+	for i := range r.vhosts {
+		for j := range r.vhosts[i].routes {
+			if rt := &r.vhosts[i].routes[j].out; rt.Action != ActionNonForwarding {
+				r.failing = append(r.failing, rt)
+			}
+		}
+	}
 	return r, nil
 }
 

@@ -50,10 +50,23 @@ func TestActions(t *testing.T) {
 			if diff := cmp.Diff(got, want); diff != "" {
 				t.Errorf("Match() returned an unexpected route (-got, +want):\n%s", diff)
 			}
-			if got.Action.String() != tc.desc && tc.want != routing.ActionRoute && tc.want != routing.ActionUnsupported {
-				t.Errorf("Action.String() = %q, want %q", got.Action.String(), tc.desc)
-			}
 		})
+	}
+}
+
+func TestRouteActionString(t *testing.T) {
+	want := map[routing.RouteAction]string{
+		routing.ActionUnsupported:    "unsupported",
+		routing.ActionNonForwarding:  "non_forwarding_action",
+		routing.ActionRoute:          "route",
+		routing.ActionRedirect:       "redirect",
+		routing.ActionDirectResponse: "direct_response",
+		routing.ActionFilter:         "filter_action",
+	}
+	for a, w := range want {
+		if got := a.String(); got != w {
+			t.Errorf("RouteAction(%d).String() = %q, want %q", a, got, w)
+		}
 	}
 }
 
@@ -183,5 +196,25 @@ func TestMatchNoAllocs(t *testing.T) {
 		if n := testing.AllocsPerRun(200, func() { r.Match(authority, "/svc/m", h) }); n != 0 {
 			t.Errorf("Match(%q) allocates %v times per call, want 0", authority, n)
 		}
+	}
+}
+
+func TestFailingRoutes(t *testing.T) {
+	redirect := &routepb.Route{Name: "redirect", Match: prefixMatch("/r"), Action: &routepb.Route_Redirect{Redirect: &routepb.RedirectAction{}}}
+	ignored := &routepb.Route{Name: "ignored", Match: prefixMatch(""), Action: &routepb.Route_Route{Route: &routepb.RouteAction{}}}
+	unset := &routepb.Route{Name: "unset", Match: prefixMatch("")}
+	r, err := routing.Compile(routeConfig(
+		vhost("a", []string{"a"}, route("ok", prefixMatch("/ok")), redirect, ignored),
+		vhost("b", []string{"b"}, unset),
+	), nil)
+	if err != nil {
+		t.Fatalf("Compile() failed: %v", err)
+	}
+	want := []*routing.Route{
+		{VirtualHost: "a", Name: "redirect", Index: 1, Action: routing.ActionRedirect},
+		{VirtualHost: "b", Name: "unset", Index: 0, Action: routing.ActionUnsupported},
+	}
+	if diff := cmp.Diff(r.FailingRoutes(), want); diff != "" {
+		t.Errorf("FailingRoutes() (-got, +want):\n%s", diff)
 	}
 }

@@ -84,6 +84,7 @@ type Router struct {
 	name    string
 	vhosts  []virtualHost
 	domains domainIndex
+	failing []*Route // routes whose action is not non_forwarding_action
 	// randN returns a uniform number in [0, n); nil means rand.Uint64N. Tests
 	// set it through export_test.go.
 	randN func(n uint64) uint64
@@ -121,6 +122,13 @@ func Compile(rc *routepb.RouteConfiguration, p *httpfilter.Parser) (*Router, err
 
 // Name returns the RouteConfiguration's name.
 func (r *Router) Name() string { return r.name }
+
+// FailingRoutes returns, in config order, the routes that can match but whose
+// action is not non_forwarding_action, so that an RPC matching them fails
+// with UNAVAILABLE on a server. gRFC A36 asks the server to log a warning
+// while a configuration has such routes ("configuration error logging"). The
+// slice and routes belong to the Router and must not be modified.
+func (r *Router) FailingRoutes() []*Route { return r.failing }
 
 // Match picks the virtual host by authority and then the first route of it
 // that matches path and h (which may be nil: no metadata). ok is false when
