@@ -79,6 +79,7 @@ type Client struct {
 	serializer    *syncutil.CallbackSerializer // immutable; owns the state below
 	serializerGID uint64                       // immutable after New: the serializer's goroutine
 	closed        *syncutil.Event              // fired by Close
+	closeDone     chan struct{}                // closed when the first Close has stopped the channels
 	chanWG        sync.WaitGroup               // one per xdsChannel goroutine
 
 	// Only touched on the serializer:
@@ -107,6 +108,7 @@ func New(cfg *bootstrap.Config, opts Options) (*Client, error) {
 		nodeID:      cfg.Node.GetId(),
 		serializer:  syncutil.NewCallbackSerializer(),
 		closed:      syncutil.NewEvent(),
+		closeDone:   make(chan struct{}),
 		types:       make(map[string]*ResourceType),
 		authorities: make(map[string]*authority),
 		channels:    make(map[string]*xdsChannel),
@@ -156,7 +158,12 @@ func (c *Client) onSerializer() bool { return goroutineID() == c.serializerGID }
 // the serializer goroutine exits when the callback returns.
 func (c *Client) Close() {
 	if !c.closed.Fire() {
-		c.waitClosed()
+		// Another Close runs or ran: wait for it rather than for the
+		// WaitGroup, whose Adds it orders.
+		<-c.closeDone
+		if !c.onSerializer() {
+			<-c.serializer.Done()
+		}
 		return
 	}
 	unregisterClient(c)
@@ -178,13 +185,10 @@ func (c *Client) Close() {
 	}
 	<-done
 	c.serializer.Close()
-	c.waitClosed()
-}
-
-// waitClosed waits for the channel goroutines and, unless called on it, for
-// the serializer.
-func (c *Client) waitClosed() {
+	// Every chanWG.Add ran on the serializer before shutdown, so this Wait
+	// cannot race with an Add.
 	c.chanWG.Wait()
+	close(c.closeDone)
 	if !c.onSerializer() {
 		<-c.serializer.Done()
 	}

@@ -315,3 +315,37 @@ func TestTypedWatch(t *testing.T) {
 		t.Fatal("timed out waiting for the typed update")
 	}
 }
+
+// Close and Dump may be called from a watcher callback; Close may be called
+// concurrently and repeatedly; no callback starts after Close.
+func TestCloseFromCallback(t *testing.T) {
+	ctx := testContext(t)
+	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
+	c := newClient(t, e2e.BootstrapOptions{ServerURIs: []string{ms.Address}}, xdsclient.Options{})
+	l := testListener("lis", 1)
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{l}})
+
+	dumped := make(chan int, 1)
+	closed := make(chan struct{})
+	w := funcWatcher{testWatcher: newTestWatcher(), onData: func() {
+		dumped <- len(c.Dump())
+		c.Close()
+		close(closed)
+	}}
+	c.WatchResource(listenerType, "lis", w)
+	select {
+	case <-closed:
+	case <-ctx.Done():
+		t.Fatal("Close from a callback did not return")
+	}
+	if n := <-dumped; n != 1 {
+		t.Errorf("Dump from a callback listed %d resources, want 1", n)
+	}
+	done := make(chan struct{})
+	go func() { c.Close(); close(done) }()
+	c.Close()
+	<-done
+	w2 := newTestWatcher()
+	c.WatchResource(listenerType, "lis", w2)
+	w2.wantNothing(t)
+}
