@@ -16,10 +16,6 @@ type Headers interface {
 	Get(key string) []string
 }
 
-// defaultContentType is what gRFC A28 tells route selection to assume when
-// the content-type header has not been added yet.
-const defaultContentType = "application/grpc"
-
 // headerKind is the kind of a HeaderMatcher.
 type headerKind uint8
 
@@ -39,9 +35,6 @@ type HeaderMatcher struct {
 	present        bool          // headerPresent: match when presence equals this
 	invert         bool
 	missingAsEmpty bool
-	// hidden is set for names that route selection must treat as absent
-	// (gRFC A28): binary, pseudo and reserved headers.
-	hidden bool
 }
 
 // NewHeaderMatcher compiles m. The name must be non-empty and free of NUL,
@@ -63,7 +56,6 @@ func NewHeaderMatcher(m *routepb.HeaderMatcher) (HeaderMatcher, error) {
 		invert:         m.GetInvertMatch(),
 		missingAsEmpty: m.GetTreatMissingHeaderAsEmpty(),
 	}
-	hm.hidden = isHiddenHeader(hm.name)
 	var err error
 	switch s := m.GetHeaderMatchSpecifier().(type) {
 	case *routepb.HeaderMatcher_ExactMatch:
@@ -111,49 +103,33 @@ func deprecatedMatcher(field string, kind stringKind, pattern string) (StringMat
 	return StringMatcher{kind: kind, pattern: pattern}, nil
 }
 
-// isHiddenHeader reports whether route selection must behave as if the
-// header were absent. gRFC A28 ("Note that only custom metadata is
-// considered during header matching"): transport headers are not visible,
-// except content-type; and "we will explicitly exclude headers with a `-bin`
-// suffix from matching (i.e., we will behave as if the header is not present,
-// even if it actually is)". The transport headers of a gRPC request
-// (PROTOCOL-HTTP2 "Call-Definition") are the pseudo-headers, te, user-agent
-// and the grpc- headers; names starting with "grpc-" are reserved for gRPC
-// and are never custom metadata.
-func isHiddenHeader(name string) bool {
-	return strings.HasSuffix(name, "-bin") ||
-		strings.HasPrefix(name, ":") ||
-		strings.HasPrefix(name, "grpc-") ||
-		name == "te" || name == "user-agent"
-}
-
 // Name returns the header name the matcher reads, lower-cased.
 func (m *HeaderMatcher) Name() string { return m.name }
 
-// Match reports whether the headers match. Several values of the header are
-// joined with "," first, as in Envoy and gRFC A28. A header that is absent
-// (or hidden, see isHiddenHeader) matches only a present_match of false, or
-// of true when inverted; other matchers fail on it even when inverted, unless
-// treat_missing_header_as_empty is set. content-type, when absent, is taken to
-// be "application/grpc" (gRFC A28). Match allocates only to join a header
-// with several values.
-func (m *HeaderMatcher) Match(h Headers) bool {
-	var vals []string
-	if !m.hidden {
-		vals = h.Get(m.name)
-	}
+// Match reports whether the headers match; it is MatchValues of the values
+// of the header named by the matcher. It applies Envoy's semantics only:
+// users such as routing (gRFC A28) and RBAC (gRFC A41) differ in which
+// headers they let a matcher see, so they apply their own rules through
+// MatchValues.
+func (m *HeaderMatcher) Match(h Headers) bool { return m.MatchValues(h.Get(m.name)) }
+
+// MatchValues reports whether the header matches, given its values; none
+// means the header is absent. Several values are joined with "," first, as
+// in Envoy and gRFC A28. An absent header matches only a present_match of
+// false, or of true when inverted; other matchers fail on it even when
+// inverted (Envoy's rule), unless treat_missing_header_as_empty is set, in
+// which case it is present with the value "". MatchValues allocates only to
+// join several values.
+func (m *HeaderMatcher) MatchValues(vals []string) bool {
 	var v string
 	switch {
 	case len(vals) == 1:
 		v = vals[0]
 	case len(vals) > 1:
 		v = strings.Join(vals, ",")
-	case m.name == "content-type":
-		v = defaultContentType
 	case m.missingAsEmpty:
 		v = ""
 	default:
-		// Absent: Envoy's rule, kept by gRPC.
 		return m.kind == headerPresent && m.present == m.invert
 	}
 	var ok bool

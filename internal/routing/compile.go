@@ -178,7 +178,7 @@ func compileMatch(loc location, m *routepb.RouteMatch, rt *route) (use bool, err
 		if err != nil {
 			return false, loc.wrap(fmt.Sprintf("match.headers[%d]", k), err)
 		}
-		rt.headers = append(rt.headers, hm)
+		rt.headers = append(rt.headers, newHeaderMatcher(hm))
 	}
 	rt.fraction = fractionAll
 	if rf := m.GetRuntimeFraction(); rf != nil {

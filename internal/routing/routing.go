@@ -100,7 +100,7 @@ type virtualHost struct {
 // route is a compiled Route.
 type route struct {
 	path    matcher.StringMatcher
-	headers []matcher.HeaderMatcher
+	headers []headerMatcher
 	// fraction is runtime_fraction's default_value in parts per million;
 	// with fractionAll when there is none or it is 100%.
 	fraction uint64
@@ -143,6 +143,10 @@ func (r *Router) FailingRoutes() []*Route { return r.failing }
 // authority are compared ignoring ASCII case. The authority is used whole,
 // port included, as Envoy does by default: "foo.com" does not match
 // "foo.com:8080", so list both or use a wildcard.
+//
+// Header matchers see h as gRFC A28 says: binary ("-bin"), pseudo (":"),
+// "grpc-", "te" and "user-agent" headers are treated as absent, and an absent
+// content-type as "application/grpc".
 func (r *Router) Match(authority, path string, h matcher.Headers) (rt *Route, ok bool) {
 	vh := r.domains.find(authority)
 	if vh < 0 {
@@ -167,7 +171,7 @@ func (r *Router) matchRoute(rt *route, path string, h matcher.Headers) bool {
 		return false
 	}
 	for i := range rt.headers {
-		if !rt.headers[i].Match(h) {
+		if !rt.headers[i].match(h) {
 			return false
 		}
 	}
