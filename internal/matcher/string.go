@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"regexp/syntax"
 	"strings"
 
 	matcherpb "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
@@ -107,6 +108,11 @@ func CompileRegex(m *matcherpb.RegexMatcher) (*regexp.Regexp, error) {
 func compileFull(expr string) (*regexp.Regexp, error) {
 	if expr == "" {
 		return nil, errors.New("regex: empty, want a non-empty RE2 regex")
+	}
+	// Parse the regex alone first: wrapped, an unbalanced one such as
+	// "a)|(b" would compile into something else.
+	if _, err := syntax.Parse(expr, syntax.Perl); err != nil {
+		return nil, fmt.Errorf("regex: invalid RE2 regex %q: %w", expr, err)
 	}
 	// The group keeps alternations inside the anchors; the outer ^ and $ are
 	// text anchors because no flag outside the group turns on multi-line mode.

@@ -89,6 +89,7 @@ func TestNewStringMatcherErrors(t *testing.T) {
 		{desc: "regex unset", m: &matcherpb.StringMatcher{MatchPattern: &matcherpb.StringMatcher_SafeRegex{}}, wantField: "safe_regex.regex"},
 		{desc: "regex empty", m: regex(""), wantField: "safe_regex.regex"},
 		{desc: "regex invalid", m: regex("a("), wantField: `safe_regex.regex: invalid RE2 regex "a("`},
+		{desc: "regex unbalanced so that anchoring would hide it", m: regex("a)|(b"), wantField: `safe_regex.regex: invalid RE2 regex "a)|(b"`},
 		{desc: "custom", m: &matcherpb.StringMatcher{MatchPattern: &matcherpb.StringMatcher_Custom{}}, wantField: "custom"},
 	}
 	for _, tc := range tests {
