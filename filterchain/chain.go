@@ -2,8 +2,10 @@ package filterchain
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 
 	udpatypepb "github.com/cncf/xds/go/udpa/type/v1"
@@ -71,8 +73,9 @@ type chainCompiler struct {
 }
 
 type hcmResult struct {
-	hcm *HTTPConnectionManager
-	err error // a fieldError relative to the filter's typed_config
+	typeURL string
+	hcm     *HTTPConnectionManager
+	err     error // a fieldError relative to the filter's typed_config
 }
 
 func newChainCompiler(p *httpfilter.Parser) *chainCompiler {
@@ -81,12 +84,13 @@ func newChainCompiler(p *httpfilter.Parser) *chainCompiler {
 
 // compile validates one filter chain. For a chain of filter_chains it also
 // normalizes its filter_chain_match; the default chain's match is ignored.
-func (c *chainCompiler) compile(label string, fc *listenerpb.FilterChain, isDefault bool) (*FilterChain, chainSpec, error) {
+func (c *chainCompiler) compile(ref chainRef, fc *listenerpb.FilterChain) (*FilterChain, chainSpec, error) {
+	isDefault := ref.index < 0
 	fail := func(err error) (*FilterChain, chainSpec, error) {
 		fe := inField("", err)
-		return nil, chainSpec{}, &ValidationError{Chain: label, Field: fe.field, Err: fe.err}
+		return nil, chainSpec{}, &ValidationError{Chain: ref.String(), Field: fe.field, Err: fe.err}
 	}
-	spec := chainSpec{label: label}
+	spec := chainSpec{ref: ref}
 	if !isDefault {
 		ms, canMatch, err := normalize(fc.GetFilterChainMatch(), &c.budget)
 		if err != nil {
@@ -110,22 +114,41 @@ func (c *chainCompiler) compile(label string, fc *listenerpb.FilterChain, isDefa
 	return spec.chain, spec, nil
 }
 
-// chainID hashes the deterministic serialization of the chain's content.
+// chainID hashes the chain's content: its match (deterministically
+// serialized), and the names, types and config bytes of its network filters
+// and transport socket, each length-prefixed.
 func chainID(fc *listenerpb.FilterChain, isDefault bool) (string, error) {
-	content := &listenerpb.FilterChain{
-		FilterChainMatch: fc.GetFilterChainMatch(),
-		Filters:          fc.GetFilters(),
-		TransportSocket:  fc.GetTransportSocket(),
-	}
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(content)
-	if err != nil {
-		return "", fieldErrorf("filters", "cannot serialize the chain: %v", err)
-	}
 	h := sha256.New()
-	if isDefault {
-		h.Write([]byte("default\x00"))
+	var buf []byte
+	field := func(b []byte) {
+		buf = binary.AppendUvarint(buf[:0], uint64(len(b)))
+		h.Write(buf)
+		h.Write(b)
 	}
-	h.Write(b)
+	str := func(s string) { field([]byte(s)) }
+	msg := func(m proto.Message) error {
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+		field(b)
+		return err
+	}
+	str(strconv.FormatBool(isDefault))
+	if err := msg(fc.GetFilterChainMatch()); err != nil {
+		return "", fieldErrorf("filter_chain_match", "cannot serialize: %v", err)
+	}
+	for i, f := range fc.GetFilters() {
+		str(f.GetName())
+		if cd := f.GetConfigDiscovery(); cd != nil {
+			if err := msg(cd); err != nil {
+				return "", fieldErrorf(fmt.Sprintf("filters[%d]", i), "cannot serialize: %v", err)
+			}
+		}
+		str(f.GetTypedConfig().GetTypeUrl())
+		field(f.GetTypedConfig().GetValue())
+	}
+	ts := fc.GetTransportSocket()
+	str(ts.GetName())
+	str(ts.GetTypedConfig().GetTypeUrl())
+	field(ts.GetTypedConfig().GetValue())
 	return hex.EncodeToString(h.Sum(nil)[:16]), nil
 }
 
@@ -214,12 +237,12 @@ func unwrapTypedStruct(a *anypb.Any) (httpfilter.RawConfig, error) {
 // httpConnectionManager decodes and validates an HttpConnectionManager
 // config, once per distinct serialized config.
 func (c *chainCompiler) httpConnectionManager(a *anypb.Any) (*HTTPConnectionManager, error) {
-	key := a.GetTypeUrl() + "\x00" + string(a.GetValue())
-	if r, ok := c.hcms[key]; ok {
+	// Indexing with string(bytes) does not copy the bytes.
+	if r, ok := c.hcms[string(a.GetValue())]; ok && r.typeURL == a.GetTypeUrl() {
 		return r.hcm, r.err
 	}
 	hcm, err := c.decodeHCM(a)
-	c.hcms[key] = hcmResult{hcm: hcm, err: err}
+	c.hcms[string(a.GetValue())] = hcmResult{typeURL: a.GetTypeUrl(), hcm: hcm, err: err}
 	return hcm, err
 }
 
@@ -314,14 +337,13 @@ func (c *chainCompiler) transportSocket(ts *corepb.TransportSocket) (*tlspb.Down
 	if typeName(a.GetTypeUrl()) != downstreamTLSTypeName {
 		return nil, fieldErrorf("typed_config", "has type %q, want %q", a.GetTypeUrl(), downstreamTLSTypeName)
 	}
-	key := string(a.GetValue())
-	if d, ok := c.tls[key]; ok {
+	if d, ok := c.tls[string(a.GetValue())]; ok {
 		return d, nil
 	}
 	d := &tlspb.DownstreamTlsContext{}
 	if err := proto.Unmarshal(a.GetValue(), d); err != nil {
 		return nil, &fieldError{field: "typed_config", err: fmt.Errorf("malformed DownstreamTlsContext: %v", err)}
 	}
-	c.tls[key] = d
+	c.tls[string(a.GetValue())] = d
 	return d, nil
 }

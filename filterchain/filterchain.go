@@ -179,8 +179,7 @@ func Compile(lis *listenerpb.Listener, opts Options) (*Table, error) {
 	t := &Table{address: addr}
 	var specs []chainSpec
 	for i, fc := range lis.GetFilterChains() {
-		label := chainLabel(fmt.Sprintf("filter_chains[%d]", i), fc)
-		chain, spec, err := c.compile(label, fc, false)
+		chain, spec, err := c.compile(chainRef{index: i, name: fc.GetName()}, fc)
 		if err != nil {
 			return nil, err
 		}
@@ -188,8 +187,7 @@ func Compile(lis *listenerpb.Listener, opts Options) (*Table, error) {
 		specs = append(specs, spec)
 	}
 	if fc := lis.GetDefaultFilterChain(); fc != nil {
-		label := chainLabel("default_filter_chain", fc)
-		chain, _, err := c.compile(label, fc, true)
+		chain, _, err := c.compile(chainRef{index: -1, name: fc.GetName()}, fc)
 		if err != nil {
 			return nil, err
 		}
@@ -203,7 +201,16 @@ func Compile(lis *listenerpb.Listener, opts Options) (*Table, error) {
 	return t, nil
 }
 
-// chainLabel names a chain in errors: its position and its quoted name.
-func chainLabel(pos string, fc *listenerpb.FilterChain) string {
-	return fmt.Sprintf("%s %q", pos, fc.GetName())
+// chainRef names a chain in errors.
+type chainRef struct {
+	index int // in filter_chains; -1 for default_filter_chain
+	name  string
+}
+
+// String returns the chain's position and quoted name.
+func (r chainRef) String() string {
+	if r.index < 0 {
+		return fmt.Sprintf("default_filter_chain %q", r.name)
+	}
+	return fmt.Sprintf("filter_chains[%d] %q", r.index, r.name)
 }

@@ -80,7 +80,7 @@ func (m matcher) String() string {
 
 // chainSpec is a filter chain with its normalized matchers.
 type chainSpec struct {
-	label    string // for errors, as in ValidationError.Chain
+	ref      chainRef
 	chain    *FilterChain
 	matchers []matcher
 	// canMatch is false when a field can never match a gRPC server's
@@ -123,35 +123,37 @@ func normalize(m *listenerpb.FilterChainMatch, budget *int) ([]matcher, bool, er
 	if dp := m.GetDestinationPort(); dp != nil {
 		base.dstPort = int64(dp.GetValue())
 	}
-	ms := make([]matcher, 1, n)
-	ms[0] = base
-	ms = product(ms, dsts, func(x *matcher, p netip.Prefix) { x.dst = p })
-	ms = product(ms, directSrcs, func(x *matcher, p netip.Prefix) { x.directSrc = p })
-	ms = product(ms, srcs, func(x *matcher, p netip.Prefix) { x.src = p })
-	ms = product(ms, m.GetSourcePorts(), func(x *matcher, p uint32) { x.srcPort = int64(p) })
-	ms = product(ms, m.GetServerNames(), func(x *matcher, s string) { x.serverName, x.hasServerName = s, true })
-	ms = product(ms, m.GetApplicationProtocols(), func(x *matcher, s string) { x.alpn, x.hasALPN = s, true })
+	// Matcher i takes value (i/stride)%len(vals) of each present field, the
+	// stride shrinking field by field: an odometer over the fields.
+	ms := make([]matcher, n)
+	for i := range ms {
+		ms[i] = base
+	}
+	stride := n
+	stride = spread(ms, stride, dsts, func(x *matcher, p netip.Prefix) { x.dst = p })
+	stride = spread(ms, stride, directSrcs, func(x *matcher, p netip.Prefix) { x.directSrc = p })
+	stride = spread(ms, stride, srcs, func(x *matcher, p netip.Prefix) { x.src = p })
+	stride = spread(ms, stride, m.GetSourcePorts(), func(x *matcher, p uint32) { x.srcPort = int64(p) })
+	stride = spread(ms, stride, m.GetServerNames(), func(x *matcher, s string) { x.serverName, x.hasServerName = s, true })
+	spread(ms, stride, m.GetApplicationProtocols(), func(x *matcher, s string) { x.alpn, x.hasALPN = s, true })
 
 	canMatch := base.dstPort < 0 && len(m.GetServerNames()) == 0 && len(m.GetApplicationProtocols()) == 0 &&
 		(base.transport == "" || base.transport == "raw_buffer")
 	return ms, canMatch, nil
 }
 
-// product returns every matcher of ms combined with every value of vals, set
-// by set; ms unchanged when vals is empty (the field is absent).
-func product[T any](ms []matcher, vals []T, set func(*matcher, T)) []matcher {
+// spread sets one field of the Cartesian product ms: matcher i gets
+// vals[(i/next)%len(vals)], where next is stride/len(vals), which it
+// returns. An absent field (no vals) leaves ms and stride unchanged.
+func spread[T any](ms []matcher, stride int, vals []T, set func(*matcher, T)) int {
 	if len(vals) == 0 {
-		return ms
+		return stride
 	}
-	out := make([]matcher, 0, len(ms)*len(vals))
-	for _, m := range ms {
-		for _, v := range vals {
-			x := m
-			set(&x, v)
-			out = append(out, x)
-		}
+	next := stride / len(vals)
+	for i := range ms {
+		set(&ms[i], vals[(i/next)%len(vals)])
 	}
-	return out
+	return next
 }
 
 // cidrs normalizes a list of CIDR ranges.
@@ -206,9 +208,9 @@ func checkDuplicates(specs []chainSpec) error {
 			}
 			other := "another of its own matchers"
 			if j != i {
-				other = "a matcher of " + specs[j].label
+				other = "a matcher of " + specs[j].ref.String()
 			}
-			return &ValidationError{Chain: s.label, Field: "filter_chain_match",
+			return &ValidationError{Chain: s.ref.String(), Field: "filter_chain_match",
 				Err: fmt.Errorf("normalized matcher %v duplicates %s", m, other)}
 		}
 	}

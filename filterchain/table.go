@@ -1,30 +1,31 @@
 package filterchain
 
 import (
+	"cmp"
 	"net/netip"
+	"slices"
 )
 
 // lookupTable selects a chain in stages, as Envoy does: destination IP,
 // transport protocol, directly connected source IP, source type, source IP,
 // source port. (Destination port, server name and application protocol
 // stages are left out: only chains without those fields get here.) At each
-// IP stage the longest matching prefix wins and the search continues only
-// below it: there is no fallback to a shorter prefix when a later stage
-// fails. Each stage is a trie or an array indexed by the previous stage's
-// result, so a lookup costs O(address bits). Immutable after buildLookup.
+// stage only the most specific candidates that match go on, and there is no
+// fallback to less specific ones when a later stage fails. Each stage is a
+// trie or an array indexed by the previous stage's result, so a lookup costs
+// O(address bits). Immutable after buildLookup.
 type lookupTable struct {
+	nodes     []trieNode  // every trie of the table
 	dst       ipStage     // values index transport
-	transport [][2]int32  // by transport: "" and "raw_buffer"; values index directSrc, -1 when absent
+	transport [][2]int32  // by tpAny, tpRawBuffer; values index directSrc, -1 when absent
 	directSrc []ipStage   // values index types
 	types     [][3]int32  // by source type; values index src, -1 when absent
 	src       []ipStage   // values index ports
 	ports     []portStage // the last stage
 }
 
-// ipStage holds one trie per address family.
-type ipStage struct{ fam [2]trie }
-
-func (s *ipStage) lookup(fam int, k key128) int32 { return s.fam[fam].lookup(k) }
+// ipStage is a longest-prefix stage: the roots of one trie per family.
+type ipStage struct{ root [2]int32 }
 
 // Transport protocol slots.
 const (
@@ -32,11 +33,32 @@ const (
 	tpRawBuffer = 1 // transport_protocol "raw_buffer"
 )
 
-// portStage maps source ports to chains; any is the chain without
-// source_ports, or nil.
+// portStage maps source ports to chains: exact is sorted by port; any is
+// the chain without source_ports, or nil.
 type portStage struct {
-	exact map[uint16]*FilterChain
+	exact []portChain
 	any   *FilterChain
+}
+
+type portChain struct {
+	port  uint16
+	chain *FilterChain
+}
+
+func (p *portStage) find(port uint16) *FilterChain {
+	lo, hi := 0, len(p.exact)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		switch e := &p.exact[m]; {
+		case e.port == port:
+			return e.chain
+		case e.port < port:
+			lo = m + 1
+		default:
+			hi = m
+		}
+	}
+	return p.any
 }
 
 // find returns the matching chain, or nil. It does not allocate.
@@ -47,7 +69,7 @@ func (l *lookupTable) find(src, dst netip.AddrPort) *FilterChain {
 	}
 	df, dk := addrKey(da)
 	sf, sk := addrKey(sa)
-	i := l.dst.lookup(df, dk)
+	i := lookupPrefix(l.nodes, l.dst.root[df], dk)
 	if i < 0 {
 		return nil
 	}
@@ -59,7 +81,7 @@ func (l *lookupTable) find(src, dst netip.AddrPort) *FilterChain {
 			return nil
 		}
 	}
-	if i = l.directSrc[i].lookup(sf, sk); i < 0 {
+	if i = lookupPrefix(l.nodes, l.directSrc[i].root[sf], sk); i < 0 {
 		return nil
 	}
 	// gRFC A36 / Envoy: a specific source type that matches beats ANY.
@@ -73,174 +95,162 @@ func (l *lookupTable) find(src, dst netip.AddrPort) *FilterChain {
 			return nil
 		}
 	}
-	if i = l.src[i].lookup(sf, sk); i < 0 {
+	if i = lookupPrefix(l.nodes, l.src[i].root[sf], sk); i < 0 {
 		return nil
 	}
-	p := &l.ports[i]
-	if c, ok := p.exact[src.Port()]; ok {
-		return c
-	}
-	return p.any
+	return l.ports[i].find(src.Port())
 }
 
-// The build* types are the mutable tree buildLookup fills before flattening
-// it into a lookupTable. An absent prefix field is stored under the /0 of
-// both families, so at each IP stage it competes with an explicit /0 at the
-// same specificity (gRFC A36 still counts the two as different matchers).
-type (
-	dstBuild       map[netip.Prefix]*transportBuild
-	transportBuild [2]directSrcBuild // by tpAny, tpRawBuffer
-	directSrcBuild map[netip.Prefix]*typesBuild
-	typesBuild     [3]srcBuild
-	srcBuild       map[netip.Prefix]*portsBuild
-	portsBuild     struct {
-		exact map[uint16]candidate
-		any   candidate
-	}
-)
-
-// candidate is a chain in a port slot. When a chain with an absent prefix
-// and one with an explicit /0 land in the same slot (the only way two chains
-// can share one after the duplicate check), the one with explicit prefixes
-// at earlier stages wins; rank orders them.
-type candidate struct {
+// row is one normalized matcher of a chain that can match, as buildLookup
+// sorts and groups them stage by stage.
+type row struct {
+	m     *matcher
 	chain *FilterChain
-	rank  uint8
-}
-
-func (c candidate) beats(o candidate) bool { return o.chain == nil || c.rank > o.rank }
-
-// prefixes returns the keys an IP field is stored under: itself, or the /0
-// of both families when absent.
-func prefixes(p netip.Prefix) []netip.Prefix {
-	if p.IsValid() {
-		return []netip.Prefix{p}
-	}
-	return []netip.Prefix{netip.PrefixFrom(netip.IPv4Unspecified(), 0), netip.PrefixFrom(netip.IPv6Unspecified(), 0)}
-}
-
-func getOrNew[V any](m map[netip.Prefix]*V, k netip.Prefix) *V {
-	v, ok := m[k]
-	if !ok {
-		v = new(V)
-		m[k] = v
-	}
-	return v
+	// rank orders chains that end up in the same port slot, which after the
+	// duplicate check happens only when an absent prefix meets an explicit
+	// /0 of the same stage: explicit prefixes at earlier stages win.
+	rank uint8
 }
 
 // buildLookup compiles the matchers of the chains that can match.
 func buildLookup(specs []chainSpec) lookupTable {
-	root := dstBuild{}
+	var rows []row
 	for _, s := range specs {
 		if !s.canMatch {
 			continue
 		}
-		for _, m := range s.matchers {
-			root.add(s.chain, m)
+		for i := range s.matchers {
+			m := &s.matchers[i]
+			if m.srcPort > 0xffff {
+				continue // no connection comes from such a port
+			}
+			r := row{m: m, chain: s.chain}
+			for j, p := range [...]netip.Prefix{m.dst, m.directSrc, m.src} {
+				if p.IsValid() {
+					r.rank |= 4 >> j
+				}
+			}
+			rows = append(rows, r)
 		}
 	}
-	var l lookupTable
-	l.dst = l.flattenDst(root)
+	// Each row adds at most two nodes (a leaf and a branch) to each of the
+	// three IP stages; most add fewer.
+	l := lookupTable{nodes: make([]trieNode, 0, 2*len(rows)+8)}
+	l.dst = l.buildIP(rows, func(m *matcher) netip.Prefix { return m.dst }, l.buildTransport)
 	return l
 }
 
-func (b dstBuild) add(chain *FilterChain, m matcher) {
-	if m.srcPort > 0xffff {
-		return // no connection comes from such a port
-	}
-	var rank uint8
-	for i, p := range []netip.Prefix{m.dst, m.directSrc, m.src} {
-		if p.IsValid() {
-			rank |= 4 >> i
+// runs sorts rows by key and calls f with each run of rows with equal keys.
+func runs[K any](rows []row, key func(*matcher) K, compare func(a, b K) int, f func(k K, run []row)) {
+	slices.SortFunc(rows, func(a, b row) int { return compare(key(a.m), key(b.m)) })
+	for len(rows) > 0 {
+		k := key(rows[0].m)
+		n := 1
+		for n < len(rows) && compare(key(rows[n].m), k) == 0 {
+			n++
 		}
-	}
-	c := candidate{chain: chain, rank: rank}
-	tp := tpAny
-	if m.transport != "" {
-		tp = tpRawBuffer
-	}
-	for _, d := range prefixes(m.dst) {
-		tb := getOrNew(b, d)
-		if tb[tp] == nil {
-			tb[tp] = directSrcBuild{}
-		}
-		for _, dsrc := range prefixes(m.directSrc) {
-			tb := getOrNew(tb[tp], dsrc)
-			if tb[m.srcType] == nil {
-				tb[m.srcType] = srcBuild{}
-			}
-			for _, sp := range prefixes(m.src) {
-				getOrNew(tb[m.srcType], sp).put(m.srcPort, c)
-			}
-		}
+		f(k, rows[:n])
+		rows = rows[n:]
 	}
 }
 
-func (p *portsBuild) put(port int64, c candidate) {
-	if port < 0 {
-		if c.beats(p.any) {
-			p.any = c
-		}
-		return
+// comparePrefix orders prefixes: absent first, then by address and length.
+func comparePrefix(a, b netip.Prefix) int {
+	if c := cmp.Compare(boolInt(a.IsValid()), boolInt(b.IsValid())); c != 0 {
+		return c
 	}
-	if p.exact == nil {
-		p.exact = map[uint16]candidate{}
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
 	}
-	if c.beats(p.exact[uint16(port)]) {
-		p.exact[uint16(port)] = c
-	}
+	return cmp.Compare(a.Bits(), b.Bits())
 }
 
-// newIPStage builds the tries of one IP stage; index gives each prefix's
-// value.
-func newIPStage[V any](m map[netip.Prefix]*V, index func(*V) int32) ipStage {
-	s := ipStage{fam: [2]trie{newTrie(), newTrie()}}
-	for p, v := range m {
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// buildIP builds a longest-prefix stage over rows, keyed by key, with next
+// building the stage below each prefix. An absent prefix is stored as the
+// /0 of both families, where it joins the rows of an explicit /0 (gRFC A36
+// still counts the two as different matchers).
+func (l *lookupTable) buildIP(rows []row, key func(*matcher) netip.Prefix, next func([]row) int32) ipStage {
+	s := ipStage{root: [2]int32{-1, -1}}
+	var absent []row
+	var zero [2]bool
+	runs(rows, key, comparePrefix, func(p netip.Prefix, run []row) {
+		if !p.IsValid() {
+			absent = run // sorted first
+			return
+		}
 		fam, k := addrKey(p.Addr())
-		s.fam[fam].insert(k, uint8(p.Bits()), index(v))
+		if p.Bits() == 0 {
+			zero[fam] = true
+			if absent != nil {
+				run = append(slices.Clip(run), absent...)
+			}
+		}
+		v := next(run)
+		insertPrefix(&l.nodes, &s.root[fam], k, uint8(p.Bits()), v)
+	})
+	if absent != nil {
+		shared := int32(-1)
+		for fam, explicit := range zero {
+			if explicit {
+				continue
+			}
+			if shared < 0 {
+				shared = next(absent)
+			}
+			insertPrefix(&l.nodes, &s.root[fam], key128{}, 0, shared)
+		}
 	}
 	return s
 }
 
-func (l *lookupTable) flattenDst(b dstBuild) ipStage {
-	return newIPStage(b, func(tb *transportBuild) int32 {
-		var idx [2]int32
-		for tp, ds := range tb {
-			idx[tp] = -1
-			if ds != nil {
-				l.directSrc = append(l.directSrc, newIPStage(ds, l.flattenTypes))
-				idx[tp] = int32(len(l.directSrc) - 1)
-			}
-		}
-		l.transport = append(l.transport, idx)
-		return int32(len(l.transport) - 1)
+func (l *lookupTable) buildTransport(rows []row) int32 {
+	idx := [2]int32{-1, -1}
+	runs(rows, func(m *matcher) int { return boolInt(m.transport != "") }, cmp.Compare[int], func(tp int, run []row) {
+		st := l.buildIP(run, func(m *matcher) netip.Prefix { return m.directSrc }, l.buildTypes)
+		l.directSrc = append(l.directSrc, st)
+		idx[tp] = int32(len(l.directSrc) - 1)
 	})
+	l.transport = append(l.transport, idx)
+	return int32(len(l.transport) - 1)
 }
 
-func (l *lookupTable) flattenTypes(tb *typesBuild) int32 {
-	var idx [3]int32
-	for t, sb := range tb {
-		idx[t] = -1
-		if sb != nil {
-			idx[t] = l.flattenSrc(sb)
-		}
-	}
+func (l *lookupTable) buildTypes(rows []row) int32 {
+	idx := [3]int32{-1, -1, -1}
+	runs(rows, func(m *matcher) int { return m.srcType }, cmp.Compare[int], func(t int, run []row) {
+		st := l.buildIP(run, func(m *matcher) netip.Prefix { return m.src }, l.buildPorts)
+		l.src = append(l.src, st)
+		idx[t] = int32(len(l.src) - 1)
+	})
 	l.types = append(l.types, idx)
 	return int32(len(l.types) - 1)
 }
 
-func (l *lookupTable) flattenSrc(sb srcBuild) int32 {
-	st := newIPStage(sb, func(pb *portsBuild) int32 {
-		ps := portStage{any: pb.any.chain}
-		if len(pb.exact) > 0 {
-			ps.exact = make(map[uint16]*FilterChain, len(pb.exact))
-			for port, c := range pb.exact {
-				ps.exact[port] = c.chain
-			}
+func (l *lookupTable) buildPorts(rows []row) int32 {
+	// Sort by port, and within a port by rank, best first.
+	slices.SortFunc(rows, func(a, b row) int {
+		if c := cmp.Compare(a.m.srcPort, b.m.srcPort); c != 0 {
+			return c
 		}
-		l.ports = append(l.ports, ps)
-		return int32(len(l.ports) - 1)
+		return cmp.Compare(b.rank, a.rank)
 	})
-	l.src = append(l.src, st)
-	return int32(len(l.src) - 1)
+	var ps portStage
+	for i, r := range rows {
+		if i > 0 && rows[i-1].m.srcPort == r.m.srcPort {
+			continue // a lower-ranked chain in the same slot
+		}
+		if r.m.srcPort < 0 {
+			ps.any = r.chain
+			continue
+		}
+		ps.exact = append(ps.exact, portChain{port: uint16(r.m.srcPort), chain: r.chain})
+	}
+	l.ports = append(l.ports, ps)
+	return int32(len(l.ports) - 1)
 }

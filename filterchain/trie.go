@@ -51,33 +51,26 @@ func (k key128) hasPrefix(p key128, n uint8) bool {
 	return commonLen(k, p, n) == n
 }
 
-// trie is an immutable path-compressed binary trie over address prefixes of
-// one family, mapping each stored prefix to a non-negative int32 (an index
-// into a slice owned by the caller). A lookup visits at most one node per
-// stored prefix length on the address's path, so it costs O(address bits)
-// whatever the number of prefixes, and it does not allocate.
-type trie struct {
-	nodes []trieNode
-	root  int32 // index into nodes; -1 when empty
-}
-
+// The tries of a lookupTable live in one arena, a []trieNode, and are named
+// by their root index (-1 for an empty trie). Each is a path-compressed
+// binary trie over the prefixes of one address family, mapping each stored
+// prefix to a non-negative int32 (an index into the next stage). A lookup
+// visits at most one node per stored prefix on the address's path, so it
+// costs O(address bits) whatever the number of prefixes, and it does not
+// allocate.
 type trieNode struct {
-	key   key128 // low bits past n are zero
+	key   key128 // bits past n are zero
 	n     uint8  // prefix length
 	val   int32  // -1 for a branching node that stores no prefix
 	child [2]int32
 }
 
-func newTrie() trie { return trie{root: -1} }
-
-// lookup returns the value of the longest stored prefix containing k, or -1.
-func (t *trie) lookup(k key128) int32 {
+// lookupPrefix returns the value of the longest prefix containing k in the
+// trie at root, or -1.
+func lookupPrefix(nodes []trieNode, root int32, k key128) int32 {
 	best := int32(-1)
-	if len(t.nodes) == 0 {
-		return best
-	}
-	for i := t.root; i >= 0; {
-		nd := &t.nodes[i]
+	for i := root; i >= 0; {
+		nd := &nodes[i]
 		if !k.hasPrefix(nd.key, nd.n) {
 			break
 		}
@@ -92,64 +85,54 @@ func (t *trie) lookup(k key128) int32 {
 	return best
 }
 
-// insert stores val for the prefix (k, n); k's bits past n must be zero. A
-// prefix stored before is overwritten.
-func (t *trie) insert(k key128, n uint8, val int32) {
-	parent, slot := int32(-1), 0 // the link to follow: t.root, or a child slot
+// insertPrefix stores val for the prefix (k, n) in the trie at *root, whose
+// nodes are in *nodes; k's bits past n must be zero. A prefix stored before
+// is overwritten.
+func insertPrefix(nodes *[]trieNode, root *int32, k key128, n uint8, val int32) {
+	add := func(nd trieNode) int32 {
+		*nodes = append(*nodes, nd)
+		return int32(len(*nodes) - 1)
+	}
+	link := func(parent int32, slot int) *int32 { // valid until the next add
+		if parent < 0 {
+			return root
+		}
+		return &(*nodes)[parent].child[slot]
+	}
+	leaf := trieNode{key: k, n: n, val: val, child: [2]int32{-1, -1}}
+	parent, slot := int32(-1), 0
 	for {
-		cur := t.link(parent, slot)
+		cur := *link(parent, slot)
 		if cur < 0 {
-			t.setLink(parent, slot, t.add(trieNode{key: k, n: n, val: val, child: [2]int32{-1, -1}}))
+			i := add(leaf)
+			*link(parent, slot) = i
 			return
 		}
-		nd := t.nodes[cur]
+		nd := (*nodes)[cur]
 		c := commonLen(k, nd.key, min(n, nd.n))
 		switch {
 		case c == nd.n && c == n:
-			t.nodes[cur].val = val
+			(*nodes)[cur].val = val
 			return
 		case c == nd.n:
 			// The new prefix lies below this node.
 			parent, slot = cur, k.bit(nd.n)
 		case c == n:
 			// The new prefix contains this node.
-			nw := trieNode{key: k, n: n, val: val, child: [2]int32{-1, -1}}
-			nw.child[nd.key.bit(n)] = cur
-			t.setLink(parent, slot, t.add(nw))
+			leaf.child[nd.key.bit(n)] = cur
+			i := add(leaf)
+			*link(parent, slot) = i
 			return
 		default:
 			// They diverge at bit c: a branching node takes both.
-			leaf := t.add(trieNode{key: k, n: n, val: val, child: [2]int32{-1, -1}})
 			br := trieNode{key: maskKey(k, c), n: c, val: -1}
-			br.child[k.bit(c)] = leaf
+			br.child[k.bit(c)] = add(leaf)
 			br.child[nd.key.bit(c)] = cur
-			t.setLink(parent, slot, t.add(br))
+			i := add(br)
+			*link(parent, slot) = i
 			return
 		}
 	}
-}
-
-// add appends nd and returns its index.
-func (t *trie) add(nd trieNode) int32 {
-	t.nodes = append(t.nodes, nd)
-	return int32(len(t.nodes) - 1)
-}
-
-// link returns the node index held by the root (parent -1) or by a child slot.
-func (t *trie) link(parent int32, slot int) int32 {
-	if parent < 0 {
-		return t.root
-	}
-	return t.nodes[parent].child[slot]
-}
-
-// setLink stores v in the root (parent -1) or in a child slot.
-func (t *trie) setLink(parent int32, slot int, v int32) {
-	if parent < 0 {
-		t.root = v
-		return
-	}
-	t.nodes[parent].child[slot] = v
 }
 
 // maskKey clears the bits of k past the first n.
