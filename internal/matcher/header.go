@@ -37,13 +37,18 @@ type HeaderMatcher struct {
 	missingAsEmpty bool
 }
 
-// NewHeaderMatcher compiles m. The name must be non-empty and free of NUL,
+// NewHeaderMatcher compiles m; see Compiler.HeaderMatcher.
+func NewHeaderMatcher(m *routepb.HeaderMatcher) (HeaderMatcher, error) {
+	return (*Compiler)(nil).HeaderMatcher(m)
+}
+
+// HeaderMatcher compiles m. The name must be non-empty and free of NUL,
 // CR and LF (Envoy's rules); it is lower-cased, as header names are
 // case-insensitive. Exactly one header_match_specifier must be set: the
 // deprecated exact/prefix/suffix/contains/safe_regex fields, string_match,
 // range_match (start <= end) or present_match. Errors name the field relative
 // to the HeaderMatcher.
-func NewHeaderMatcher(m *routepb.HeaderMatcher) (HeaderMatcher, error) {
+func (c *Compiler) HeaderMatcher(m *routepb.HeaderMatcher) (HeaderMatcher, error) {
 	name := m.GetName()
 	if name == "" {
 		return HeaderMatcher{}, errors.New("name: empty, want a header name")
@@ -67,13 +72,13 @@ func NewHeaderMatcher(m *routepb.HeaderMatcher) (HeaderMatcher, error) {
 	case *routepb.HeaderMatcher_ContainsMatch:
 		hm.str, err = deprecatedMatcher("contains_match", kindContains, s.ContainsMatch)
 	case *routepb.HeaderMatcher_SafeRegexMatch:
-		re, rerr := CompileRegex(s.SafeRegexMatch)
+		re, rerr := c.Regex(s.SafeRegexMatch)
 		if rerr != nil {
 			return HeaderMatcher{}, fmt.Errorf("safe_regex_match.%w", rerr)
 		}
 		hm.str = StringMatcher{kind: kindRegex, re: re}
 	case *routepb.HeaderMatcher_StringMatch:
-		hm.str, err = NewStringMatcher(s.StringMatch)
+		hm.str, err = c.StringMatcher(s.StringMatch)
 		if err != nil {
 			err = fmt.Errorf("string_match.%w", err)
 		}

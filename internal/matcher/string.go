@@ -19,6 +19,15 @@ import (
 	matcherpb "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 )
 
+// Compiler compiles matchers, sharing one compiled regex between identical
+// regexes: a resource often repeats them (a route per virtual host), and
+// compiling a regex costs far more than the rest of a matcher. A nil
+// *Compiler compiles without sharing. A Compiler is not safe for concurrent
+// use; make one per decode. The matchers it returns are.
+type Compiler struct {
+	regexes map[string]*regexp.Regexp // by source; *regexp.Regexp is safe for concurrent use
+}
+
 // stringKind is the kind of a StringMatcher.
 type stringKind uint8
 
@@ -39,12 +48,17 @@ type StringMatcher struct {
 	re         *regexp.Regexp // kindRegex only
 }
 
-// NewStringMatcher compiles m. It follows Envoy's validation rules: one
+// NewStringMatcher compiles m; see Compiler.StringMatcher.
+func NewStringMatcher(m *matcherpb.StringMatcher) (StringMatcher, error) {
+	return (*Compiler)(nil).StringMatcher(m)
+}
+
+// StringMatcher compiles m. It follows Envoy's validation rules: one
 // match_pattern must be set; prefix, suffix and contains must not be empty
 // (exact may be); safe_regex must hold a non-empty RE2 regex that compiles.
 // ignore_case applies to every kind but safe_regex, as in Envoy. The custom
 // extension matcher is not supported.
-func NewStringMatcher(m *matcherpb.StringMatcher) (StringMatcher, error) {
+func (c *Compiler) StringMatcher(m *matcherpb.StringMatcher) (StringMatcher, error) {
 	if m == nil {
 		return StringMatcher{}, errors.New("match_pattern: unset, want one of exact, prefix, suffix, contains, safe_regex")
 	}
@@ -59,7 +73,7 @@ func NewStringMatcher(m *matcherpb.StringMatcher) (StringMatcher, error) {
 	case *matcherpb.StringMatcher_Contains:
 		sm.kind, sm.pattern = kindContains, p.Contains
 	case *matcherpb.StringMatcher_SafeRegex:
-		re, err := CompileRegex(p.SafeRegex)
+		re, err := c.Regex(p.SafeRegex)
 		if err != nil {
 			return StringMatcher{}, fmt.Errorf("safe_regex.%w", err)
 		}
@@ -94,15 +108,36 @@ func (k stringKind) String() string {
 	}
 }
 
-// CompileRegex compiles an Envoy RegexMatcher for full-string matching: the
+// CompileRegex compiles an Envoy RegexMatcher; see Compiler.Regex.
+func CompileRegex(m *matcherpb.RegexMatcher) (*regexp.Regexp, error) {
+	return (*Compiler)(nil).Regex(m)
+}
+
+// Regex compiles an Envoy RegexMatcher for full-string matching: the
 // regex must match the whole input, as RE2's FullMatch does in Envoy. The
 // deprecated google_re2.max_program_size is ignored (gRFC A28). Errors name
 // the field relative to the RegexMatcher (`regex: ...`).
-func CompileRegex(m *matcherpb.RegexMatcher) (*regexp.Regexp, error) {
+func (c *Compiler) Regex(m *matcherpb.RegexMatcher) (*regexp.Regexp, error) {
 	if m == nil {
 		return nil, errors.New("regex: unset, want a non-empty RE2 regex")
 	}
-	return compileFull(m.GetRegex())
+	expr := m.GetRegex()
+	if c != nil {
+		if re, ok := c.regexes[expr]; ok {
+			return re, nil
+		}
+	}
+	re, err := compileFull(expr)
+	if err != nil {
+		return nil, err
+	}
+	if c != nil {
+		if c.regexes == nil {
+			c.regexes = map[string]*regexp.Regexp{}
+		}
+		c.regexes[expr] = re
+	}
+	return re, nil
 }
 
 func compileFull(expr string) (*regexp.Regexp, error) {
@@ -227,9 +262,15 @@ func NewPrefixMatcher(prefix string, ignoreCase bool) StringMatcher {
 }
 
 // NewRegexMatcher compiles a RegexMatcher into a full-match StringMatcher;
-// see CompileRegex.
+// see Compiler.RegexMatcher.
 func NewRegexMatcher(m *matcherpb.RegexMatcher) (StringMatcher, error) {
-	re, err := CompileRegex(m)
+	return (*Compiler)(nil).RegexMatcher(m)
+}
+
+// RegexMatcher compiles a RegexMatcher into a full-match StringMatcher; see
+// Regex.
+func (c *Compiler) RegexMatcher(m *matcherpb.RegexMatcher) (StringMatcher, error) {
+	re, err := c.Regex(m)
 	if err != nil {
 		return StringMatcher{}, err
 	}

@@ -146,3 +146,21 @@ func TestStringMatcherNoAllocs(t *testing.T) {
 		}
 	}
 }
+
+func TestCompilerSharesRegexes(t *testing.T) {
+	c := &matcher.Compiler{}
+	a, err := c.Regex(&matcherpb.RegexMatcher{Regex: "a+"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Regex(&matcherpb.RegexMatcher{Regex: "a+"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a != b {
+		t.Errorf("Compiler.Regex compiled the same regex twice, want one shared *regexp.Regexp")
+	}
+	if _, err := c.Regex(&matcherpb.RegexMatcher{Regex: "("}); err == nil {
+		t.Errorf("Compiler.Regex(%q) succeeded, want an error", "(")
+	}
+}

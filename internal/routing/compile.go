@@ -61,14 +61,20 @@ func (l location) wrapColon(field string, err error) error {
 	return fmt.Errorf("%s: %s: %w", l.names(), l.path(field), err)
 }
 
-func compile(rc *routepb.RouteConfiguration, p *httpfilter.Parser) (*Router, error) {
+// compiler holds what one Compile shares between virtual hosts and routes.
+type compiler struct {
+	filters  *httpfilter.Parser
+	matchers *matcher.Compiler // shares identical regexes
+}
+
+func compile(rc *routepb.RouteConfiguration, c *compiler) (*Router, error) {
 	if rc == nil {
 		return nil, errors.New("routing: route configuration is missing")
 	}
 	r := &Router{name: rc.GetName(), vhosts: make([]virtualHost, len(rc.GetVirtualHosts()))}
 	domains := make([][]string, len(rc.GetVirtualHosts()))
 	for i, vhpb := range rc.GetVirtualHosts() {
-		vh, err := compileVirtualHost(i, vhpb, p)
+		vh, err := compileVirtualHost(i, vhpb, c)
 		if err != nil {
 			return nil, fmt.Errorf("routing: route configuration %q: %w", rc.GetName(), err)
 		}
@@ -88,17 +94,17 @@ func compile(rc *routepb.RouteConfiguration, p *httpfilter.Parser) (*Router, err
 
 // compileVirtualHost validates a virtual host and its routes. A virtual host
 // without domains is valid and never matches, as in gRPC's implementations.
-func compileVirtualHost(i int, vhpb *routepb.VirtualHost, p *httpfilter.Parser) (virtualHost, error) {
+func compileVirtualHost(i int, vhpb *routepb.VirtualHost, c *compiler) (virtualHost, error) {
 	loc := location{vh: i, vhName: vhpb.GetName(), route: -1}
 	// gRFC A39: overrides are validated on virtual hosts and routes.
-	vhOverrides, err := p.Overrides(vhpb.GetTypedPerFilterConfig())
+	vhOverrides, err := c.filters.Overrides(vhpb.GetTypedPerFilterConfig())
 	if err != nil {
 		return virtualHost{}, loc.wrap("", err)
 	}
 	vh := virtualHost{name: vhpb.GetName()}
 	for j, rpb := range vhpb.GetRoutes() {
 		loc.route, loc.rName = j, rpb.GetName()
-		rt, use, err := compileRoute(loc, rpb, p)
+		rt, use, err := compileRoute(loc, rpb, c)
 		if err != nil {
 			return virtualHost{}, err
 		}
@@ -130,17 +136,17 @@ func mergeOverrides(vh, route map[string]httpfilter.Config) map[string]httpfilte
 
 // compileRoute validates a route. use is false for a valid route that gRFC
 // A28 says to ignore: it never matches.
-func compileRoute(loc location, rpb *routepb.Route, p *httpfilter.Parser) (rt route, use bool, err error) {
+func compileRoute(loc location, rpb *routepb.Route, c *compiler) (rt route, use bool, err error) {
 	rt.out = Route{Name: rpb.GetName(), Index: loc.route}
-	matchOK, err := compileMatch(loc, rpb.GetMatch(), &rt)
+	matchOK, err := compileMatch(loc, rpb.GetMatch(), c, &rt)
 	if err != nil {
 		return route{}, false, err
 	}
-	actionOK, err := compileAction(loc, rpb, p, &rt)
+	actionOK, err := compileAction(loc, rpb, c, &rt)
 	if err != nil {
 		return route{}, false, err
 	}
-	rt.out.FilterOverrides, err = p.Overrides(rpb.GetTypedPerFilterConfig())
+	rt.out.FilterOverrides, err = c.filters.Overrides(rpb.GetTypedPerFilterConfig())
 	if err != nil {
 		return route{}, false, loc.wrap("", err)
 	}
@@ -150,7 +156,7 @@ func compileRoute(loc location, rpb *routepb.Route, p *httpfilter.Parser) (rt ro
 // compileMatch validates a RouteMatch (gRFC A28 "Response validation", "The
 // route's match field") into rt. use is false when the route is to be
 // ignored because of query_parameters.
-func compileMatch(loc location, m *routepb.RouteMatch, rt *route) (use bool, err error) {
+func compileMatch(loc location, m *routepb.RouteMatch, c *compiler, rt *route) (use bool, err error) {
 	// "If the config explicitly sets case_sensitive to false, the client will
 	// do case_insensitive matches". Envoy ignores it for safe_regex.
 	ignoreCase := m.GetCaseSensitive() != nil && !m.GetCaseSensitive().GetValue()
@@ -161,7 +167,7 @@ func compileMatch(loc location, m *routepb.RouteMatch, rt *route) (use bool, err
 		rt.path = matcher.NewExactMatcher(ps.Path, ignoreCase)
 	case *routepb.RouteMatch_SafeRegex:
 		// "With safe_regex, the ... max_program_size field will be ignored".
-		rt.path, err = matcher.NewRegexMatcher(ps.SafeRegex)
+		rt.path, err = c.matchers.RegexMatcher(ps.SafeRegex)
 		if err != nil {
 			return false, loc.wrap("match.safe_regex", err)
 		}
@@ -174,7 +180,7 @@ func compileMatch(loc location, m *routepb.RouteMatch, rt *route) (use bool, err
 		return false, loc.errorf("match."+pathSpecifierField(m), "unsupported path specifier, want prefix, path or safe_regex")
 	}
 	for k, hpb := range m.GetHeaders() {
-		hm, err := matcher.NewHeaderMatcher(hpb)
+		hm, err := c.matchers.HeaderMatcher(hpb)
 		if err != nil {
 			return false, loc.wrap(fmt.Sprintf("match.headers[%d]", k), err)
 		}
@@ -238,13 +244,13 @@ func perMillion(f *typepb.FractionalPercent) (uint64, error) {
 // validation logic inherits all previous validations made for client-side
 // usage" (A36); see compileRouteAction. use is false when A28 says to ignore
 // the route.
-func compileAction(loc location, rpb *routepb.Route, p *httpfilter.Parser, rt *route) (use bool, err error) {
+func compileAction(loc location, rpb *routepb.Route, c *compiler, rt *route) (use bool, err error) {
 	switch a := rpb.GetAction().(type) {
 	case *routepb.Route_NonForwardingAction:
 		rt.out.Action = ActionNonForwarding
 	case *routepb.Route_Route:
 		rt.out.Action = ActionRoute
-		return compileRouteAction(loc, a.Route, p)
+		return compileRouteAction(loc, a.Route, c)
 	case *routepb.Route_Redirect:
 		rt.out.Action = ActionRedirect
 	case *routepb.Route_DirectResponse:
@@ -264,18 +270,18 @@ func compileAction(loc location, rpb *routepb.Route, p *httpfilter.Parser, rt *r
 // "The sum of weights must add up to the total_weight"), and their
 // typed_per_filter_config must be valid (gRFC A39); anything else, unset
 // included, "The route containing this action will be ignored."
-func compileRouteAction(loc location, ra *routepb.RouteAction, p *httpfilter.Parser) (use bool, err error) {
+func compileRouteAction(loc location, ra *routepb.RouteAction, c *compiler) (use bool, err error) {
 	switch cs := ra.GetClusterSpecifier().(type) {
 	case *routepb.RouteAction_Cluster:
 		return true, nil
 	case *routepb.RouteAction_WeightedClusters:
-		return true, validateWeightedClusters(loc, cs.WeightedClusters, p)
+		return true, validateWeightedClusters(loc, cs.WeightedClusters, c)
 	default:
 		return false, nil
 	}
 }
 
-func validateWeightedClusters(loc location, wc *routepb.WeightedCluster, p *httpfilter.Parser) error {
+func validateWeightedClusters(loc location, wc *routepb.WeightedCluster, c *compiler) error {
 	if len(wc.GetClusters()) == 0 {
 		return loc.errorf("route.weighted_clusters.clusters", "empty, want at least one cluster")
 	}
@@ -283,7 +289,7 @@ func validateWeightedClusters(loc location, wc *routepb.WeightedCluster, p *http
 	for k, cw := range wc.GetClusters() {
 		field := fmt.Sprintf("route.weighted_clusters.clusters[%d]", k)
 		sum += uint64(cw.GetWeight().GetValue())
-		if _, err := p.Overrides(cw.GetTypedPerFilterConfig()); err != nil {
+		if _, err := c.filters.Overrides(cw.GetTypedPerFilterConfig()); err != nil {
 			return loc.wrap(field, err)
 		}
 	}

@@ -117,7 +117,7 @@ func Compile(rc *routepb.RouteConfiguration, p *httpfilter.Parser) (*Router, err
 	if p == nil {
 		p = httpfilter.NewParser(nil)
 	}
-	return compile(rc, p)
+	return compile(rc, &compiler{filters: p, matchers: &matcher.Compiler{}})
 }
 
 // Name returns the RouteConfiguration's name.
