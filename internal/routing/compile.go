@@ -266,7 +266,7 @@ func compileAction(loc location, rpb *routepb.Route, c *compiler, rt *route) (us
 // compileRouteAction applies gRFC A28's rules for a RouteAction's
 // cluster_specifier. The clusters need not exist: a server never sends to
 // them. cluster is valid; weighted_clusters must have weights summing to
-// more than zero (and to total_weight when that deprecated field is set:
+// more than zero (and to total_weight when that deprecated field is above 0:
 // "The sum of weights must add up to the total_weight"), and their
 // typed_per_filter_config must be valid (gRFC A39); anything else, unset
 // included, "The route containing this action will be ignored."
@@ -296,8 +296,9 @@ func validateWeightedClusters(loc location, wc *routepb.WeightedCluster, c *comp
 	if sum == 0 || sum > math.MaxUint32 {
 		return loc.errorf("route.weighted_clusters.clusters", "weights sum to %d, want more than 0 and at most %d", sum, uint32(math.MaxUint32))
 	}
-	if tw := wc.GetTotalWeight(); tw != nil && uint64(tw.GetValue()) != sum {
-		return loc.errorf("route.weighted_clusters.total_weight", "%d, but the weights sum to %d", tw.GetValue(), sum)
+	// Envoy: the weights must sum to total_weight "if this is greater than 0".
+	if tw := wc.GetTotalWeight().GetValue(); tw > 0 && uint64(tw) != sum {
+		return loc.errorf("route.weighted_clusters.total_weight", "%d, but the weights sum to %d", tw, sum)
 	}
 	return nil
 }

@@ -27,6 +27,9 @@ func TestActions(t *testing.T) {
 		{desc: "route with weighted_clusters", set: func(r *routepb.Route) {
 			r.Action = &routepb.Route_Route{Route: weighted(&routepb.WeightedCluster{TotalWeight: wrapperspb.UInt32(3), Clusters: []*routepb.WeightedCluster_ClusterWeight{clusterWeight("a", 1), clusterWeight("b", 2)}})}
 		}, want: routing.ActionRoute},
+		{desc: "route with weighted_clusters and total_weight 0", set: func(r *routepb.Route) {
+			r.Action = &routepb.Route_Route{Route: weighted(&routepb.WeightedCluster{TotalWeight: wrapperspb.UInt32(0), Clusters: []*routepb.WeightedCluster_ClusterWeight{clusterWeight("a", 1)}})}
+		}, want: routing.ActionRoute},
 		{desc: "redirect", set: func(r *routepb.Route) { r.Action = &routepb.Route_Redirect{Redirect: &routepb.RedirectAction{}} }, want: routing.ActionRedirect},
 		{desc: "direct_response", set: func(r *routepb.Route) {
 			r.Action = &routepb.Route_DirectResponse{DirectResponse: &routepb.DirectResponseAction{Status: 200}}
