@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -69,7 +70,8 @@ type chainCompiler struct {
 	parser *httpfilter.Parser
 	hcms   map[string]hcmResult
 	tls    map[string]*tlspb.DownstreamTlsContext
-	budget int // normalized matchers the Listener may still have
+	budget int    // normalized matchers the Listener may still have
+	idBuf  []byte // scratch for chainID
 }
 
 type hcmResult struct {
@@ -106,7 +108,8 @@ func (c *chainCompiler) compile(ref chainRef, fc *listenerpb.FilterChain) (*Filt
 	if err != nil {
 		return fail(inField("transport_socket", err))
 	}
-	id, err := chainID(fc, isDefault)
+	id, buf, err := chainID(fc, isDefault, c.idBuf)
+	c.idBuf = buf
 	if err != nil {
 		return fail(err)
 	}
@@ -114,42 +117,48 @@ func (c *chainCompiler) compile(ref chainRef, fc *listenerpb.FilterChain) (*Filt
 	return spec.chain, spec, nil
 }
 
-// chainID hashes the chain's content: its match (deterministically
-// serialized), and the names, types and config bytes of its network filters
-// and transport socket, each length-prefixed.
-func chainID(fc *listenerpb.FilterChain, isDefault bool) (string, error) {
-	h := sha256.New()
-	var buf []byte
-	field := func(b []byte) {
-		buf = binary.AppendUvarint(buf[:0], uint64(len(b)))
-		h.Write(buf)
-		h.Write(b)
+// chainID hashes the chain's content: its match (serialized), and the
+// names, types and config bytes of its network filters and transport
+// socket, each length-prefixed. buf is scratch space, returned for reuse.
+func chainID(fc *listenerpb.FilterChain, isDefault bool, buf []byte) (string, []byte, error) {
+	buf = buf[:0]
+	str := func(s string) {
+		buf = binary.AppendUvarint(buf, uint64(len(s)))
+		buf = append(buf, s...)
 	}
-	str := func(s string) { field([]byte(s)) }
+	bytes := func(b []byte) {
+		buf = binary.AppendUvarint(buf, uint64(len(b)))
+		buf = append(buf, b...)
+	}
 	msg := func(m proto.Message) error {
-		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
-		field(b)
+		// Reserve a fixed-width length, marshal after it, then fill it in.
+		at := len(buf)
+		buf = append(buf, 0, 0, 0, 0)
+		var err error
+		buf, err = proto.MarshalOptions{Deterministic: true}.MarshalAppend(buf, m)
+		binary.BigEndian.PutUint32(buf[at:], uint32(len(buf)-at-4))
 		return err
 	}
 	str(strconv.FormatBool(isDefault))
 	if err := msg(fc.GetFilterChainMatch()); err != nil {
-		return "", fieldErrorf("filter_chain_match", "cannot serialize: %v", err)
+		return "", buf, fieldErrorf("filter_chain_match", "cannot serialize: %v", err)
 	}
 	for i, f := range fc.GetFilters() {
 		str(f.GetName())
 		if cd := f.GetConfigDiscovery(); cd != nil {
 			if err := msg(cd); err != nil {
-				return "", fieldErrorf(fmt.Sprintf("filters[%d]", i), "cannot serialize: %v", err)
+				return "", buf, fieldErrorf(fmt.Sprintf("filters[%d]", i), "cannot serialize: %v", err)
 			}
 		}
 		str(f.GetTypedConfig().GetTypeUrl())
-		field(f.GetTypedConfig().GetValue())
+		bytes(f.GetTypedConfig().GetValue())
 	}
 	ts := fc.GetTransportSocket()
 	str(ts.GetName())
 	str(ts.GetTypedConfig().GetTypeUrl())
-	field(ts.GetTypedConfig().GetValue())
-	return hex.EncodeToString(h.Sum(nil)[:16]), nil
+	bytes(ts.GetTypedConfig().GetValue())
+	sum := sha256.Sum256(buf)
+	return hex.EncodeToString(sum[:16]), buf, nil
 }
 
 // networkFilters validates a chain's network filters (gRFC A36, "xDS
@@ -160,33 +169,45 @@ func (c *chainCompiler) networkFilters(filters []*listenerpb.Filter) (*HTTPConne
 		return nil, fieldErrorf("filters", "empty, want exactly one HttpConnectionManager")
 	}
 	var hcm *HTTPConnectionManager
-	names := make(map[string]bool, len(filters))
 	for i, f := range filters {
-		field := fmt.Sprintf("filters[%d]", i)
-		if names[f.GetName()] {
-			return nil, fieldErrorf(field+".name", "duplicate network filter name %q", f.GetName())
+		for _, prev := range filters[:i] {
+			if prev.GetName() == f.GetName() {
+				return nil, fieldErrorf(fmt.Sprintf("filters[%d].name", i), "duplicate network filter name %q", f.GetName())
+			}
 		}
-		names[f.GetName()] = true
-		if f.GetConfigDiscovery() != nil {
-			return nil, fieldErrorf(field+".config_discovery", "is not supported, want typed_config")
-		}
-		a := f.GetTypedConfig()
-		if a == nil {
-			return nil, fieldErrorf(field+".typed_config", "is missing")
-		}
-		typ, err := networkFilterType(a)
+		h, err := c.networkFilter(f, hcm != nil)
 		if err != nil {
-			return nil, inField(field+".typed_config", err)
+			return nil, inField(fmt.Sprintf("filters[%d]", i), err)
 		}
-		if typ != hcmTypeName {
-			return nil, fieldErrorf(field+".typed_config", "unsupported network filter type %q, want only an HttpConnectionManager", typ)
-		}
-		if hcm != nil {
-			return nil, fieldErrorf(field, "second HttpConnectionManager, want exactly one")
-		}
-		if hcm, err = c.httpConnectionManager(a); err != nil {
-			return nil, inField(field+".typed_config", err)
-		}
+		hcm = h
+	}
+	return hcm, nil
+}
+
+// networkFilter validates one network filter, which must be an
+// HttpConnectionManager and, if seenHCM, is one too many.
+func (c *chainCompiler) networkFilter(f *listenerpb.Filter, seenHCM bool) (*HTTPConnectionManager, error) {
+	if f.GetConfigDiscovery() != nil {
+		return nil, fieldErrorf("config_discovery", "is not supported, want typed_config")
+	}
+	a := f.GetTypedConfig()
+	if a == nil {
+		return nil, fieldErrorf("typed_config", "is missing")
+	}
+	// gRFC A36, "xDS Protocol": the type of a TypedStruct is its type_url.
+	raw, err := unwrapTypedStruct(a)
+	if err != nil {
+		return nil, inField("typed_config", err)
+	}
+	if !isType(raw.TypeURL, hcmTypeName) {
+		return nil, fieldErrorf("typed_config", "unsupported network filter type %q, want only an HttpConnectionManager", typeName(raw.TypeURL))
+	}
+	if seenHCM {
+		return nil, errors.New("second HttpConnectionManager, want exactly one")
+	}
+	hcm, err := c.httpConnectionManager(a)
+	if err != nil {
+		return nil, inField("typed_config", err)
 	}
 	return hcm, nil
 }
@@ -194,14 +215,11 @@ func (c *chainCompiler) networkFilters(filters []*listenerpb.Filter) (*HTTPConne
 // typeName strips a type URL's prefix: everything up to the last '/'.
 func typeName(url string) string { return url[strings.LastIndexByte(url, '/')+1:] }
 
-// networkFilterType returns the type name of a network filter config,
-// looking inside a TypedStruct (gRFC A36, "xDS Protocol").
-func networkFilterType(a *anypb.Any) (string, error) {
-	raw, err := unwrapTypedStruct(a)
-	if err != nil {
-		return "", err
-	}
-	return typeName(raw.TypeURL), nil
+// isType reports whether typeName(url) == name, for a name without '/',
+// without searching the URL.
+func isType(url, name string) bool {
+	n := len(url) - len(name)
+	return strings.HasSuffix(url, name) && (n == 0 || url[n-1] == '/')
 }
 
 // unwrapTypedStruct looks through a udpa.type.v1 or xds.type.v3 TypedStruct.
@@ -210,10 +228,10 @@ func unwrapTypedStruct(a *anypb.Any) (httpfilter.RawConfig, error) {
 		proto.Message
 		GetTypeUrl() string
 	}
-	switch typeName(a.GetTypeUrl()) {
-	case typedStructV1TypeName:
+	switch url := a.GetTypeUrl(); {
+	case isType(url, typedStructV1TypeName):
 		ts = &udpatypepb.TypedStruct{}
-	case typedStructV3TypeName:
+	case isType(url, typedStructV3TypeName):
 		ts = &xdstypepb.TypedStruct{}
 	default:
 		return httpfilter.RawConfig{TypeURL: a.GetTypeUrl(), Any: a}, nil
@@ -334,7 +352,7 @@ func (c *chainCompiler) transportSocket(ts *corepb.TransportSocket) (*tlspb.Down
 	if a == nil {
 		return nil, fieldErrorf("typed_config", "is missing, want a DownstreamTlsContext")
 	}
-	if typeName(a.GetTypeUrl()) != downstreamTLSTypeName {
+	if !isType(a.GetTypeUrl(), downstreamTLSTypeName) {
 		return nil, fieldErrorf("typed_config", "has type %q, want %q", a.GetTypeUrl(), downstreamTLSTypeName)
 	}
 	if d, ok := c.tls[string(a.GetValue())]; ok {

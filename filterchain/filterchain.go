@@ -176,8 +176,8 @@ func Compile(lis *listenerpb.Listener, opts Options) (*Table, error) {
 		return nil, err
 	}
 	c := newChainCompiler(p)
-	t := &Table{address: addr}
-	var specs []chainSpec
+	t := &Table{address: addr, chains: make([]*FilterChain, 0, len(lis.GetFilterChains())+1)}
+	specs := make([]chainSpec, 0, len(lis.GetFilterChains()))
 	for i, fc := range lis.GetFilterChains() {
 		chain, spec, err := c.compile(chainRef{index: i, name: fc.GetName()}, fc)
 		if err != nil {

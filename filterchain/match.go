@@ -1,8 +1,10 @@
 package filterchain
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -192,27 +194,80 @@ func normalizeCIDR(r *corepb.CidrRange) (netip.Prefix, error) {
 // checkDuplicates reports a normalized matcher shared by two chains, or
 // listed twice by one chain: the most specific chain for a connection
 // would not be unique (gRFC A36, "FilterChainMatch"). Chains that can never
-// match are checked too.
+// match are checked too. It sorts the matchers, so that duplicates are
+// neighbours, and reports the duplicate whose later chain comes first.
 func checkDuplicates(specs []chainSpec) error {
-	total := 0
-	for _, s := range specs {
-		total += len(s.matchers)
+	type entry struct {
+		m    *matcher
+		spec int
 	}
-	seen := make(map[matcher]int, total)
-	for i, s := range specs {
-		for _, m := range s.matchers {
-			j, dup := seen[m]
-			if !dup {
-				seen[m] = i
-				continue
-			}
-			other := "another of its own matchers"
-			if j != i {
-				other = "a matcher of " + specs[j].ref.String()
-			}
-			return &ValidationError{Chain: s.ref.String(), Field: "filter_chain_match",
-				Err: fmt.Errorf("normalized matcher %v duplicates %s", m, other)}
+	n := 0
+	for _, s := range specs {
+		n += len(s.matchers)
+	}
+	all := make([]entry, 0, n)
+	for i := range specs {
+		for j := range specs[i].matchers {
+			all = append(all, entry{m: &specs[i].matchers[j], spec: i})
 		}
 	}
-	return nil
+	slices.SortFunc(all, func(a, b entry) int {
+		if c := compareMatchers(a.m, b.m); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.spec, b.spec)
+	})
+	found := -1 // index in all of the later entry of the reported duplicate
+	for k := 1; k < len(all); k++ {
+		if *all[k].m == *all[k-1].m && (found < 0 || all[k].spec < all[found].spec) {
+			found = k
+		}
+	}
+	if found < 0 {
+		return nil
+	}
+	later, earlier := all[found], all[found-1]
+	other := "another of its own matchers"
+	if earlier.spec != later.spec {
+		other = "a matcher of " + specs[earlier.spec].ref.String()
+	}
+	return &ValidationError{Chain: specs[later.spec].ref.String(), Field: "filter_chain_match",
+		Err: fmt.Errorf("normalized matcher %v duplicates %s", *later.m, other)}
+}
+
+// compareMatchers is a total order on matchers, most selective fields first.
+func compareMatchers(a, b *matcher) int {
+	if c := comparePrefix(a.dst, b.dst); c != 0 {
+		return c
+	}
+	if c := comparePrefix(a.src, b.src); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.srcPort, b.srcPort); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.srcType, b.srcType); c != 0 {
+		return c
+	}
+	if c := comparePrefix(a.directSrc, b.directSrc); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.dstPort, b.dstPort); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.transport, b.transport); c != 0 {
+		return c
+	}
+	if c := compareOpt(a.serverName, a.hasServerName, b.serverName, b.hasServerName); c != 0 {
+		return c
+	}
+	return compareOpt(a.alpn, a.hasALPN, b.alpn, b.hasALPN)
+}
+
+// compareOpt orders optional strings: absent first.
+func compareOpt(a string, hasA bool, b string, hasB bool) int {
+	if c := cmp.Compare(boolInt(hasA), boolInt(hasB)); c != 0 {
+		return c
+	}
+	return cmp.Compare(a, b)
 }

@@ -114,7 +114,11 @@ type row struct {
 
 // buildLookup compiles the matchers of the chains that can match.
 func buildLookup(specs []chainSpec) lookupTable {
-	var rows []row
+	n := 0
+	for _, s := range specs {
+		n += len(s.matchers)
+	}
+	rows := make([]row, 0, n)
 	for _, s := range specs {
 		if !s.canMatch {
 			continue
