@@ -134,10 +134,13 @@ func chainID(fc *listenerpb.FilterChain, isDefault bool, buf []byte) (string, []
 		// Reserve a fixed-width length, marshal after it, then fill it in.
 		at := len(buf)
 		buf = append(buf, 0, 0, 0, 0)
-		var err error
-		buf, err = proto.MarshalOptions{Deterministic: true}.MarshalAppend(buf, m)
+		b, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(buf, m)
+		if err != nil {
+			return err
+		}
+		buf = b
 		binary.BigEndian.PutUint32(buf[at:], uint32(len(buf)-at-4))
-		return err
+		return nil
 	}
 	str(strconv.FormatBool(isDefault))
 	if err := msg(fc.GetFilterChainMatch()); err != nil {
@@ -194,22 +197,29 @@ func (c *chainCompiler) networkFilter(f *listenerpb.Filter, seenHCM bool) (*HTTP
 	if a == nil {
 		return nil, fieldErrorf("typed_config", "is missing")
 	}
-	// gRFC A36, "xDS Protocol": the type of a TypedStruct is its type_url.
-	raw, err := unwrapTypedStruct(a)
-	if err != nil {
-		return nil, inField("typed_config", err)
-	}
-	if !isType(raw.TypeURL, hcmTypeName) {
-		return nil, fieldErrorf("typed_config", "unsupported network filter type %q, want only an HttpConnectionManager", typeName(raw.TypeURL))
+	// Identical configs are decoded once; indexing with string(bytes) does
+	// not copy the bytes. Only HttpConnectionManager configs are stored.
+	r, ok := c.hcms[string(a.GetValue())]
+	if !ok || r.typeURL != a.GetTypeUrl() {
+		// gRFC A36, "xDS Protocol": the type of a TypedStruct is its type_url.
+		raw, err := unwrapTypedStruct(a)
+		if err != nil {
+			return nil, inField("typed_config", err)
+		}
+		if !isType(raw.TypeURL, hcmTypeName) {
+			return nil, fieldErrorf("typed_config", "unsupported network filter type %q, want only an HttpConnectionManager", typeName(raw.TypeURL))
+		}
+		r = hcmResult{typeURL: a.GetTypeUrl()}
+		r.hcm, r.err = c.decodeHCM(raw)
+		c.hcms[string(a.GetValue())] = r
 	}
 	if seenHCM {
 		return nil, errors.New("second HttpConnectionManager, want exactly one")
 	}
-	hcm, err := c.httpConnectionManager(a)
-	if err != nil {
-		return nil, inField("typed_config", err)
+	if r.err != nil {
+		return nil, inField("typed_config", r.err)
 	}
-	return hcm, nil
+	return r.hcm, nil
 }
 
 // typeName strips a type URL's prefix: everything up to the last '/'.
@@ -252,23 +262,8 @@ func unwrapTypedStruct(a *anypb.Any) (httpfilter.RawConfig, error) {
 	return raw, nil
 }
 
-// httpConnectionManager decodes and validates an HttpConnectionManager
-// config, once per distinct serialized config.
-func (c *chainCompiler) httpConnectionManager(a *anypb.Any) (*HTTPConnectionManager, error) {
-	// Indexing with string(bytes) does not copy the bytes.
-	if r, ok := c.hcms[string(a.GetValue())]; ok && r.typeURL == a.GetTypeUrl() {
-		return r.hcm, r.err
-	}
-	hcm, err := c.decodeHCM(a)
-	c.hcms[string(a.GetValue())] = hcmResult{typeURL: a.GetTypeUrl(), hcm: hcm, err: err}
-	return hcm, err
-}
-
-func (c *chainCompiler) decodeHCM(a *anypb.Any) (*HTTPConnectionManager, error) {
-	raw, err := unwrapTypedStruct(a)
-	if err != nil {
-		return nil, err
-	}
+// decodeHCM decodes and validates an HttpConnectionManager config.
+func (c *chainCompiler) decodeHCM(raw httpfilter.RawConfig) (*HTTPConnectionManager, error) {
 	m := &hcmpb.HttpConnectionManager{}
 	if err := raw.UnmarshalTo(m); err != nil {
 		return nil, err
