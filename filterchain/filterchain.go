@@ -70,11 +70,18 @@ func (t *Table) Chains() []*FilterChain { return slices.Clone(t.chains) }
 func (t *Table) DefaultChain() *FilterChain { return t.defaultChain }
 
 // Lookup returns the filter chain for a connection from src (the peer's
-// address) to dst (the connection's local address), following the order of
-// gRFC A36 "FilterChainMatch" and Envoy: destination IP, source type, source
-// IP, source port, where each stage keeps only the most specific matching
-// candidates and never falls back to less specific ones. When no chain
-// matches it returns the default chain, and nil when there is none (the
+// address) to dst (the connection's local address, whatever address the
+// listener is bound to). It follows gRFC A36 "FilterChainMatch" and Envoy's
+// order: destination IP (longest prefix), transport protocol ("raw_buffer"
+// beats unset), directly connected source IP (longest prefix), source type
+// (SAME_IP_OR_LOOPBACK or EXTERNAL beats ANY), source IP (longest prefix),
+// source port (exact beats unset). Each stage keeps only the most specific
+// candidates that match, and never falls back to less specific ones when a
+// later stage rejects them all. An unset prefix list ranks with an explicit
+// /0 of the connection's family; should both select chains in the last
+// stage, the chain with explicit prefixes in earlier stages wins. Chains
+// that can never match (see Chains) are skipped. When no chain matches,
+// Lookup returns the default chain, or nil when there is none (the
 // connection must then be closed without writing to it).
 //
 // IPv4-mapped IPv6 addresses are treated as IPv4. Lookup does not allocate
