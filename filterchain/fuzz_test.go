@@ -3,6 +3,7 @@ package filterchain_test
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"testing"
 
@@ -113,33 +114,50 @@ func fuzzMatch(r *byteReader) *listenerpb.FilterChainMatch {
 func FuzzLookup(f *testing.F) {
 	f.Add([]byte{3, 0, 1, 2, 1, 3, 0, 1, 1, 1, 2, 5, 0, 0, 0, 1, 2})
 	f.Add([]byte{7, 1, 2, 6, 9, 1, 7, 0, 2, 1, 3, 2, 2, 4, 4, 0, 1, 1, 2, 12, 13, 1, 0})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		r := byteReader(b)
-		l := newListener()
-		n := 1 + r.next(8)
-		for i := range n {
-			l.FilterChains = append(l.FilterChains, chain(fmt.Sprint(i), fuzzMatch(&r)))
+	f.Fuzz(checkAgainstReference)
+}
+
+// TestLookupMatchesReference runs the FuzzLookup check on pseudo-random
+// inputs, so that every test run covers a few thousand Listeners.
+func TestLookupMatchesReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	b := make([]byte, 48)
+	for range 3000 {
+		for i := range b {
+			b[i] = byte(rng.IntN(256))
 		}
-		if r.next(2) == 0 {
-			withDefault(l)
-		}
-		tbl, err := filterchain.Compile(l, filterchain.Options{})
-		if err != nil {
-			return // duplicates are frequent; TestCompileDuplicates covers them
-		}
-		for _, src := range fuzzAddrs {
-			for _, dst := range fuzzAddrs {
-				got := tbl.Lookup(src, dst)
-				want, err := refLookup(l, src, dst)
-				if err != nil {
-					t.Fatalf("Lookup(%v, %v) on %v: reference: %v", src, dst, l.GetFilterChains(), err)
-				}
-				if chainName(got) != want {
-					t.Fatalf("Lookup(%v, %v) = %s, want %s; chains: %v", src, dst, chainName(got), want, l.GetFilterChains())
-				}
+		checkAgainstReference(t, b)
+	}
+}
+
+// checkAgainstReference builds a Listener from b and compares every lookup
+// in the address pools with refLookup.
+func checkAgainstReference(t *testing.T, b []byte) {
+	r := byteReader(b)
+	l := newListener()
+	n := 1 + r.next(8)
+	for i := range n {
+		l.FilterChains = append(l.FilterChains, chain(fmt.Sprint(i), fuzzMatch(&r)))
+	}
+	if r.next(2) == 0 {
+		withDefault(l)
+	}
+	tbl, err := filterchain.Compile(l, filterchain.Options{})
+	if err != nil {
+		return // duplicates are frequent; TestCompileDuplicates covers them
+	}
+	for _, src := range fuzzAddrs {
+		for _, dst := range fuzzAddrs {
+			got := tbl.Lookup(src, dst)
+			want, err := refLookup(l, src, dst)
+			if err != nil {
+				t.Fatalf("Lookup(%v, %v) on %v: reference: %v", src, dst, l.GetFilterChains(), err)
+			}
+			if chainName(got) != want {
+				t.Fatalf("Lookup(%v, %v) = %s, want %s; chains: %v", src, dst, chainName(got), want, l.GetFilterChains())
 			}
 		}
-	})
+	}
 }
 
 // refMatcher is one normalized matcher, computed independently of the

@@ -3,6 +3,7 @@ package filterchain_test
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -480,4 +481,28 @@ func TestChainIDs(t *testing.T) {
 	if chains[0].ID == chains[1].ID {
 		t.Errorf("filter chain and default chain with the same content have the same ID %q", chains[0].ID)
 	}
+}
+
+// TestLookupConcurrent shares one Table between goroutines; run with -race.
+func TestLookupConcurrent(t *testing.T) {
+	tbl := mustCompile(t, benchListener(100, false))
+	conns := benchConns(100, false)
+	want := make([]*filterchain.FilterChain, len(conns))
+	for i, c := range conns {
+		want[i] = tbl.Lookup(c[0], c[1])
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 50 {
+				for i, c := range conns {
+					if got := tbl.Lookup(c[0], c[1]); got != want[i] {
+						t.Errorf("Lookup(%v, %v) = %s, want %s", c[0], c[1], chainName(got), chainName(want[i]))
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
