@@ -74,14 +74,16 @@ func (s *resourceState) stopTimer() {
 	s.timerSeq++
 }
 
-// notifyData calls ResourceChanged on every watcher.
+// notifyData calls ResourceChanged on every watcher. Only called from
+// serializer callbacks.
 func (s *resourceState) notifyData(fc *flowControl) {
 	for _, w := range s.watchers {
 		w.deliverData(s.data, fc)
 	}
 }
 
-// notifyError calls ResourceError or AmbientError on every watcher.
+// notifyError calls ResourceError or AmbientError on every watcher. Only
+// called from serializer callbacks.
 func (s *resourceState) notifyError(resource bool, err error, fc *flowControl) {
 	for _, w := range s.watchers {
 		w.deliverError(resource, err, fc)

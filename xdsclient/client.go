@@ -29,6 +29,22 @@
 // ResourceError means "drop what you have", which a connectivity error never
 // means, and a watcher with no value learns the reason from the AmbientError
 // anyway. A stream closed after it received a response is not an error.
+//
+// # Caveats
+//
+//   - Whether a cancel function, Close or Dump runs inside a watcher callback
+//     is told by goroutine identity: a callback that blocks on another
+//     goroutine which cancels that same watcher deadlocks, as any callback
+//     that blocks on the client would.
+//   - Connections are opened on the first watch of a resource served by the
+//     server and stay open until Close (gRFC A47 allows either), except
+//     fallback connections, closed when the primary answers again.
+//   - A NACK's error state (CSDS) is recorded on the rejected resources only,
+//     not on every resource of the response as gRFC A40's example shows:
+//     valid resources of the response are applied (gRFC A46).
+//   - A deletion ignored under ignore_resource_deletion (gRFC A53) leaves the
+//     resource ACKED in Dump; gRFC A88's DOES_NOT_EXIST-but-cached state is
+//     not implemented.
 package xdsclient
 
 import (

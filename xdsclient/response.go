@@ -91,6 +91,7 @@ func (c *Client) decodeAll(ch *xdsChannel, rt *ResourceType, resp *discoverypb.D
 }
 
 // decodeOne decodes one resource; name is canonical, or "" if unknown.
+// Only called from serializer callbacks.
 func (c *Client) decodeOne(ch *xdsChannel, rt *ResourceType, raw *anypb.Any) (string, decoded) {
 	wrapperName := ""
 	if raw.GetTypeUrl() == resourceWrapperURL {
@@ -149,6 +150,7 @@ func (c *Client) apply(a *authority, ch *xdsChannel, rt *ResourceType, version s
 }
 
 // applyGood stores an accepted value and tells the watchers if it changed.
+// Only called from serializer callbacks.
 func (c *Client) applyGood(s *resourceState, ch *xdsChannel, version string, d decoded, now time.Time, fc *flowControl) {
 	if s.ignored {
 		logger.Infof("xdsclient: %s resource %q is back after its deletion was ignored [xds node id %q]", s.rt.TypeName, s.name, c.nodeID)
@@ -166,7 +168,7 @@ func (c *Client) applyGood(s *resourceState, ch *xdsChannel, version string, d d
 
 // applyNACK records a rejected resource. Watchers keep a cached value and
 // hear an AmbientError; without one they hear a ResourceError (gRFC A46,
-// A88).
+// A88). Only called from serializer callbacks.
 func (c *Client) applyNACK(ch *xdsChannel, s *resourceState, version string, cause error, now time.Time, fc *flowControl) {
 	s.status = StatusNACKed
 	s.nack = &UpdateErrorState{Version: version, Reason: cause.Error(), Time: now}
@@ -180,7 +182,8 @@ func (c *Client) applyNACK(ch *xdsChannel, s *resourceState, version string, cau
 // received is left to its timer: the response may answer an older request.
 // A lower-priority (fallback) server cannot delete a value that a
 // higher-priority server of the authority supplied (gRFC A71: cached
-// resources from the primary keep serving during fallback).
+// resources from the primary keep serving during fallback). Only called
+// from serializer callbacks.
 func (c *Client) applyAbsent(a *authority, ch *xdsChannel, s *resourceState, fc *flowControl) {
 	if s.data == nil {
 		return
