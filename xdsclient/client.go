@@ -105,12 +105,14 @@ type Client struct {
 	channels    map[string]*xdsChannel   // by serverKey; created on first use
 }
 
+var errNoConfig = errors.New("xdsclient: a bootstrap configuration with at least one xDS server is required")
+
 // New creates a client for cfg. It opens no connection: a management server
 // is contacted when the first resource it serves is watched. The caller must
 // Close the client.
 func New(cfg *bootstrap.Config, opts Options) (*Client, error) {
 	if cfg == nil || len(cfg.XDSServers) == 0 {
-		return nil, errors.New("xdsclient: bootstrap configuration with at least one xDS server is required")
+		return nil, errNoConfig
 	}
 	if opts.WatchExpiryTimeout <= 0 {
 		opts.WatchExpiryTimeout = DefaultWatchExpiryTimeout
@@ -211,7 +213,7 @@ func (c *Client) Close() {
 }
 
 // WatchResource starts a watch of the named resource of type rt and returns
-// a function that cancels it. rt is registered with the client if it was not
+// a function that cancels it. w must not be nil. rt is registered with the client if it was not
 // already (another *ResourceType with the same TypeURL is an error, reported
 // to w as a ResourceError).
 //

@@ -38,8 +38,7 @@ var DefaultPool = NewPool(Options{})
 // that client if the caller needs that guarantee (see Client.Close).
 func (p *Pool) Get(cfg *bootstrap.Config) (c *Client, release func(), err error) {
 	if cfg == nil {
-		_, err := New(nil, p.opts)
-		return nil, nil, err
+		return nil, nil, errNoConfig
 	}
 	key := cfg.Key()
 	p.mu.Lock()
