@@ -154,8 +154,13 @@ func TestDoesNotExistTimer(t *testing.T) {
 	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
 	c := newClient(t, e2e.BootstrapOptions{ServerURIs: []string{ms.Address}}, xdsclient.Options{WatchExpiryTimeout: 200 * time.Millisecond})
 
+	present := testListener("present", 9)
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{present}})
+	wPresent := newTestWatcher()
+	defer c.WatchResource(listenerType, "present", wPresent)()
 	w := newTestWatcher()
 	defer c.WatchResource(listenerType, "missing", w)()
+	wPresent.wantData(ctx, t, present)
 	err := w.wantError(ctx, t, "error", xdsclient.KindDoesNotExist)
 	if !errors.Is(err, xdsclient.ErrResourceDoesNotExist) {
 		t.Errorf("error %v does not match ErrResourceDoesNotExist", err)
@@ -168,9 +173,12 @@ func TestDoesNotExistTimer(t *testing.T) {
 	defer c.WatchResource(listenerType, "missing", w2)()
 	w2.wantError(ctx, t, "error", xdsclient.KindDoesNotExist)
 
+	// The timer of the received resource was stopped.
+	wPresent.wantNothing(t)
+
 	// The resource appearing later is delivered.
 	l := testListener("missing", 1)
-	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{l}})
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{l, present}})
 	w.wantData(ctx, t, l)
 	w2.wantData(ctx, t, l)
 }
