@@ -349,3 +349,57 @@ func TestCloseFromCallback(t *testing.T) {
 	c.WatchResource(listenerType, "lis", w2)
 	w2.wantNothing(t)
 }
+
+// Failed stream attempts back off with growing retry counts; a stream that
+// received a response resets the count (gRFC A57).
+func TestBackoffResetAfterResponse(t *testing.T) {
+	ctx := testContext(t)
+	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
+	retries := make(chan int, 1000)
+	c := newClient(t, e2e.BootstrapOptions{ServerURIs: []string{ms.Address}}, xdsclient.Options{
+		Backoff: func(n int) time.Duration {
+			retries <- n
+			return 10 * time.Millisecond
+		},
+	})
+	l := testListener("lis", 1)
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{l}})
+	w := newTestWatcher()
+	defer c.WatchResource(listenerType, "lis", w)()
+	w.wantData(ctx, t, l)
+
+	wantRetries := func(want ...int) {
+		t.Helper()
+		for _, n := range want {
+			select {
+			case got := <-retries:
+				if got != n {
+					t.Fatalf("Backoff called with %d, want %d", got, n)
+				}
+			case <-ctx.Done():
+				t.Fatalf("timed out waiting for Backoff(%d)", n)
+			}
+		}
+	}
+	ms.Stop()
+	wantRetries(0, 1, 2)
+	ms.Restart(t)
+	if _, err := ms.WaitForRequest(ctx, skipFirst(len(ms.Requests()), e2e.IsACK(listenerURL, "1"))); err != nil {
+		t.Fatalf("waiting for the ACK after restart: %v", err)
+	}
+	ms.Stop()
+	// Drain the counts of attempts made before the restart succeeded, up to
+	// the reset.
+	for {
+		select {
+		case n := <-retries:
+			if n != 0 {
+				continue
+			}
+			wantRetries(1)
+			return
+		case <-ctx.Done():
+			t.Fatal("timed out waiting for the backoff to restart at 0")
+		}
+	}
+}
