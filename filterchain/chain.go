@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	udpatypepb "github.com/cncf/xds/go/udpa/type/v1"
@@ -67,11 +66,12 @@ func inField(prefix string, err error) *fieldError {
 // decoded HttpConnectionManager and TLS configs by their serialized bytes, so
 // that chains sharing a config share the result and pay for it once.
 type chainCompiler struct {
-	parser *httpfilter.Parser
-	hcms   map[string]hcmResult
-	tls    map[string]*tlspb.DownstreamTlsContext
-	budget int    // normalized matchers the Listener may still have
-	idBuf  []byte // scratch for chainID
+	parser  *httpfilter.Parser
+	hcms    map[string]hcmResult
+	tls     map[string]*tlspb.DownstreamTlsContext
+	budget  int                     // normalized matchers the Listener may still have
+	idBuf   []byte                  // scratch for chainID
+	digests map[string]configDigest // by config bytes
 }
 
 type hcmResult struct {
@@ -81,7 +81,7 @@ type hcmResult struct {
 }
 
 func newChainCompiler(p *httpfilter.Parser) *chainCompiler {
-	return &chainCompiler{parser: p, hcms: map[string]hcmResult{}, tls: map[string]*tlspb.DownstreamTlsContext{}, budget: maxMatchers}
+	return &chainCompiler{parser: p, hcms: map[string]hcmResult{}, tls: map[string]*tlspb.DownstreamTlsContext{}, budget: maxMatchers, digests: map[string]configDigest{}}
 }
 
 // compile validates one filter chain. For a chain of filter_chains it also
@@ -108,8 +108,7 @@ func (c *chainCompiler) compile(ref chainRef, fc *listenerpb.FilterChain) (*Filt
 	if err != nil {
 		return fail(inField("transport_socket", err))
 	}
-	id, buf, err := chainID(fc, isDefault, c.idBuf)
-	c.idBuf = buf
+	id, err := c.chainID(fc, spec.matchers, isDefault)
 	if err != nil {
 		return fail(err)
 	}
@@ -117,51 +116,59 @@ func (c *chainCompiler) compile(ref chainRef, fc *listenerpb.FilterChain) (*Filt
 	return spec.chain, spec, nil
 }
 
-// chainID hashes the chain's content: its match (serialized), and the
-// names, types and config bytes of its network filters and transport
-// socket, each length-prefixed. buf is scratch space, returned for reuse.
-func chainID(fc *listenerpb.FilterChain, isDefault bool, buf []byte) (string, []byte, error) {
-	buf = buf[:0]
-	str := func(s string) {
-		buf = binary.AppendUvarint(buf, uint64(len(s)))
-		buf = append(buf, s...)
+// chainID hashes the chain's content: whether it is the default chain, its
+// normalized matchers (so that matches that differ only in masked-off bits
+// or clamped lengths get the same ID), and the names, types and config
+// bytes of its network filters and transport socket.
+func (c *chainCompiler) chainID(fc *listenerpb.FilterChain, matchers []matcher, isDefault bool) (string, error) {
+	b := append(c.idBuf[:0], byte(boolInt(isDefault)))
+	b = binary.AppendUvarint(b, uint64(len(matchers)))
+	for i := range matchers {
+		b = matchers[i].appendBinary(b)
 	}
-	bytes := func(b []byte) {
-		buf = binary.AppendUvarint(buf, uint64(len(b)))
-		buf = append(buf, b...)
-	}
-	msg := func(m proto.Message) error {
-		// Reserve a fixed-width length, marshal after it, then fill it in.
-		at := len(buf)
-		buf = append(buf, 0, 0, 0, 0)
-		b, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(buf, m)
-		if err != nil {
-			return err
-		}
-		buf = b
-		binary.BigEndian.PutUint32(buf[at:], uint32(len(buf)-at-4))
-		return nil
-	}
-	str(strconv.FormatBool(isDefault))
-	if err := msg(fc.GetFilterChainMatch()); err != nil {
-		return "", buf, fieldErrorf("filter_chain_match", "cannot serialize: %v", err)
-	}
+	b = binary.AppendUvarint(b, uint64(len(fc.GetFilters())))
 	for i, f := range fc.GetFilters() {
-		str(f.GetName())
+		b = appendString(b, f.GetName())
 		if cd := f.GetConfigDiscovery(); cd != nil {
-			if err := msg(cd); err != nil {
-				return "", buf, fieldErrorf(fmt.Sprintf("filters[%d]", i), "cannot serialize: %v", err)
+			mb, err := proto.MarshalOptions{Deterministic: true}.Marshal(cd)
+			if err != nil {
+				return "", fieldErrorf(fmt.Sprintf("filters[%d].config_discovery", i), "cannot serialize: %v", err)
 			}
+			b = appendString(b, string(mb))
 		}
-		str(f.GetTypedConfig().GetTypeUrl())
-		bytes(f.GetTypedConfig().GetValue())
+		b = c.appendConfigDigest(b, f.GetTypedConfig())
 	}
 	ts := fc.GetTransportSocket()
-	str(ts.GetName())
-	str(ts.GetTypedConfig().GetTypeUrl())
-	bytes(ts.GetTypedConfig().GetValue())
-	sum := sha256.Sum256(buf)
-	return hex.EncodeToString(sum[:16]), buf, nil
+	b = appendString(b, ts.GetName())
+	b = c.appendConfigDigest(b, ts.GetTypedConfig())
+	c.idBuf = b
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16]), nil
+}
+
+// appendConfigDigest appends the SHA-256 of a config's type URL and bytes,
+// computed once per distinct config: chains usually share their configs.
+func (c *chainCompiler) appendConfigDigest(b []byte, a *anypb.Any) []byte {
+	d, ok := c.digests[string(a.GetValue())]
+	if !ok || d.typeURL != a.GetTypeUrl() {
+		h := sha256.New()
+		h.Write(appendString(nil, a.GetTypeUrl()))
+		h.Write(a.GetValue())
+		d = configDigest{typeURL: a.GetTypeUrl()}
+		h.Sum(d.sum[:0])
+		c.digests[string(a.GetValue())] = d
+	}
+	return append(b, d.sum[:]...)
+}
+
+type configDigest struct {
+	typeURL string
+	sum     [sha256.Size]byte
+}
+
+// appendString appends s, length-prefixed.
+func appendString(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }
 
 // networkFilters validates a chain's network filters (gRFC A36, "xDS

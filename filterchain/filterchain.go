@@ -96,11 +96,14 @@ func (t *Table) Lookup(src, dst netip.AddrPort) *FilterChain {
 // FilterChain is one validated filter chain. It is immutable; its pointer
 // fields are shared and must not be modified.
 type FilterChain struct {
-	// ID identifies the chain's content: its filter_chain_match, network
-	// filters and transport socket, plus whether it is the default chain.
-	// Two chains with the same content have the same ID, also across
-	// Listener updates, so a connection on a chain whose ID is unchanged can
-	// be kept without a drain. The name is not part of the ID.
+	// ID identifies the chain's content: its normalized filter_chain_match
+	// (ignored for the default chain), the serialized configs of its network
+	// filters and transport socket, and whether it is the default chain.
+	// Chains with the same content have the same ID, also across Listener
+	// updates and processes, so a connection on a chain whose ID is
+	// unchanged can be kept without a drain. The name is not part of the
+	// ID; an inline route_config is (it is in the HttpConnectionManager), a
+	// RouteConfiguration from RDS is not.
 	ID string
 	// Name is the chain's name from the Listener; it may be empty.
 	Name string

@@ -411,7 +411,7 @@ func TestChainContents(t *testing.T) {
 func TestChainIDs(t *testing.T) {
 	build := func(f func(l *listenerpb.Listener)) []string {
 		l := withDefault(newListener(
-			chain("a", &listenerpb.FilterChainMatch{SourcePorts: []uint32{1}}),
+			chain("a", &listenerpb.FilterChainMatch{SourcePorts: []uint32{1}, PrefixRanges: cidrs("10.0.0.0/8")}),
 			chain("b", &listenerpb.FilterChainMatch{SourcePorts: []uint32{2}}),
 		))
 		f(l)
@@ -441,6 +441,18 @@ func TestChainIDs(t *testing.T) {
 				l.FilterChains[0].Filters = []*listenerpb.Filter{hcmFilter(h)}
 			},
 			wantSame: []bool{false, true, true},
+		},
+		{
+			desc:     "match equal after normalization",
+			change:   func(l *listenerpb.Listener) { l.FilterChains[0].FilterChainMatch.PrefixRanges = cidrs("10.1.2.3/8") },
+			wantSame: []bool{true, true, true},
+		},
+		{
+			desc: "default chain's match, which is ignored, changed",
+			change: func(l *listenerpb.Listener) {
+				l.DefaultFilterChain.FilterChainMatch = &listenerpb.FilterChainMatch{SourcePorts: []uint32{9}}
+			},
+			wantSame: []bool{true, true, true},
 		},
 		{
 			desc:     "match changed",

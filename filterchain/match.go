@@ -2,6 +2,7 @@ package filterchain
 
 import (
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -78,6 +79,30 @@ func (m matcher) String() string {
 		add("source_ports", m.srcPort)
 	}
 	return "{" + b.String() + "}"
+}
+
+// appendBinary appends an unambiguous encoding of m, for chain IDs.
+func (m *matcher) appendBinary(b []byte) []byte {
+	for _, p := range [...]netip.Prefix{m.dst, m.directSrc, m.src} {
+		switch {
+		case !p.IsValid():
+			b = append(b, 0)
+		case p.Addr().Is4():
+			a := p.Addr().As4()
+			b = append(append(b, 4, byte(p.Bits())), a[:]...)
+		default:
+			a := p.Addr().As16()
+			b = append(append(b, 6, byte(p.Bits())), a[:]...)
+		}
+	}
+	b = append(b, byte(m.srcType))
+	b = binary.AppendVarint(b, m.srcPort)
+	b = binary.AppendVarint(b, m.dstPort)
+	b = appendString(b, m.transport)
+	b = append(b, byte(boolInt(m.hasServerName)))
+	b = appendString(b, m.serverName)
+	b = append(b, byte(boolInt(m.hasALPN)))
+	return appendString(b, m.alpn)
 }
 
 // chainSpec is a filter chain with its normalized matchers.
