@@ -19,7 +19,8 @@ import (
 // CA file, else the system roots; an optional client certificate and key).
 // The files are read once here, so that unusable files fail the channel at
 // once, and read again on a TLS handshake once RefreshInterval has passed;
-// no goroutine is involved.
+// no goroutine is involved. Errors are causes: the channel reports them as
+// the cause of a KindConnection *Error.
 func transportCredentials(s *bootstrap.ServerConfig) (credentials.TransportCredentials, error) {
 	switch s.ChannelCreds.Type {
 	case bootstrap.CredsInsecure:
@@ -31,11 +32,11 @@ func transportCredentials(s *bootstrap.ServerConfig) (credentials.TransportCrede
 		}
 		r := &certFiles{files: files}
 		if _, _, err := r.current(); err != nil {
-			return nil, fmt.Errorf("xdsclient: tls channel credentials of management server %q: %w", s.ServerURI, err)
+			return nil, fmt.Errorf("tls channel credentials of management server %q: %w", s.ServerURI, err)
 		}
 		return credentials.NewTLS(r.tlsConfig()), nil
 	default:
-		return nil, fmt.Errorf("xdsclient: management server %q: unsupported channel credentials %q", s.ServerURI, s.ChannelCreds.Type)
+		return nil, fmt.Errorf("management server %q: unsupported channel credentials %q", s.ServerURI, s.ChannelCreds.Type)
 	}
 }
 
@@ -77,7 +78,7 @@ func (r *certFiles) verify(cs tls.ConnectionState) error {
 		return err
 	}
 	if len(cs.PeerCertificates) == 0 {
-		return errors.New("xdsclient: management server sent no certificate")
+		return errors.New("management server sent no certificate")
 	}
 	inter := x509.NewCertPool()
 	for _, c := range cs.PeerCertificates[1:] {

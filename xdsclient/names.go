@@ -27,22 +27,23 @@ type resourceName struct {
 	canonical string
 }
 
-// parseName parses a watched or received resource name.
+// parseName parses a watched or received resource name. Its errors are
+// causes, wrapped in an *Error by the caller.
 func parseName(name string) (resourceName, error) {
 	if !strings.HasPrefix(name, xdstpScheme) {
 		return resourceName{canonical: name}, nil
 	}
 	u, err := url.Parse(name)
 	if err != nil {
-		return resourceName{}, fmt.Errorf("xdsclient: invalid xdstp resource name %q: %w", name, err)
+		return resourceName{}, fmt.Errorf("invalid xdstp resource name %q: %w", name, err)
 	}
 	if u.User != nil || u.Opaque != "" {
-		return resourceName{}, fmt.Errorf("xdsclient: invalid xdstp resource name %q: unexpected user info or opaque part", name)
+		return resourceName{}, fmt.Errorf("invalid xdstp resource name %q: unexpected user info or opaque part", name)
 	}
 	path := strings.TrimPrefix(u.EscapedPath(), "/")
 	typ, id, ok := strings.Cut(path, "/")
 	if typ == "" || !ok {
-		return resourceName{}, fmt.Errorf("xdsclient: invalid xdstp resource name %q: want xdstp://<authority>/<type>/<id>", name)
+		return resourceName{}, fmt.Errorf("invalid xdstp resource name %q: want xdstp://<authority>/<type>/<id>", name)
 	}
 	var b strings.Builder
 	b.WriteString(xdstpScheme)
@@ -54,7 +55,7 @@ func parseName(name string) (resourceName, error) {
 	if u.RawQuery != "" {
 		q, err := url.ParseQuery(u.RawQuery)
 		if err != nil {
-			return resourceName{}, fmt.Errorf("xdsclient: invalid context parameters in xdstp resource name %q: %w", name, err)
+			return resourceName{}, fmt.Errorf("invalid context parameters in xdstp resource name %q: %w", name, err)
 		}
 		b.WriteString("?")
 		b.WriteString(canonicalQuery(q))
