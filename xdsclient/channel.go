@@ -291,7 +291,7 @@ func (ch *xdsChannel) runStream(gen uint64) (gotResponse bool, err error) {
 		done := make(chan struct{})
 		release := func() { close(done) }
 		if !ch.c.serializer.TrySchedule(func(context.Context) { ch.c.handleResponse(ch, gen, resp, release) }) {
-			return gotResponse, ErrClientClosed
+			return gotResponse, errClientClosed
 		}
 		select {
 		case <-done:

@@ -12,8 +12,8 @@ import (
 // carries it.
 var ErrResourceDoesNotExist = errors.New("xdsclient: resource does not exist")
 
-// ErrClientClosed is returned by operations on a closed client.
-var ErrClientClosed = errors.New("xdsclient: client is closed")
+// errClientClosed ends the stream of a client being closed.
+var errClientClosed = errors.New("xdsclient: client is closed")
 
 // ErrorKind classifies an *Error.
 type ErrorKind int
