@@ -1,0 +1,265 @@
+package xdsresource_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	matcherpb "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/proxyless-grpc/xds/bootstrap"
+	"github.com/proxyless-grpc/xds/internal/testutils"
+	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
+	"github.com/proxyless-grpc/xds/internal/xdsresource"
+	"github.com/proxyless-grpc/xds/xdsclient"
+)
+
+func TestMain(m *testing.M) { testutils.VerifyNoLeaks(m) }
+
+const defaultTestTimeout = 10 * time.Second
+
+// update is one watcher callback, as the watcher saw it.
+type update struct {
+	data    xdsclient.ResourceData
+	err     error
+	ambient bool
+}
+
+// recorder is a watcher that forwards every callback to a channel.
+type recorder struct{ ch chan update }
+
+func newRecorder() *recorder { return &recorder{ch: make(chan update, 16)} }
+
+func (r *recorder) ResourceChanged(d xdsclient.ResourceData, done func()) {
+	r.ch <- update{data: d}
+	done()
+}
+func (r *recorder) ResourceError(err error, done func()) { r.ch <- update{err: err}; done() }
+func (r *recorder) AmbientError(err error, done func()) {
+	r.ch <- update{err: err, ambient: true}
+	done()
+}
+
+func (r *recorder) next(ctx context.Context, t *testing.T) update {
+	t.Helper()
+	select {
+	case u := <-r.ch:
+		return u
+	case <-ctx.Done():
+		t.Fatal("timed out waiting for a watcher callback")
+		return update{}
+	}
+}
+
+func (r *recorder) expectNone(t *testing.T, d time.Duration) {
+	t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case u := <-r.ch:
+		t.Fatalf("unexpected watcher callback: %+v", u)
+	case <-timer.C:
+	}
+}
+
+func setup(t *testing.T) (*e2e.ManagementServer, *xdsclient.Client) {
+	t.Helper()
+	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
+	cfg, err := bootstrap.Parse(e2e.Bootstrap(t, e2e.BootstrapOptions{ServerURIs: []string{ms.Address}, NodeID: "node-1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := xdsclient.New(cfg, xdsclient.Options{ResourceTypes: []*xdsclient.ResourceType{xdsresource.ListenerType, xdsresource.RouteConfigType}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return ms, c
+}
+
+// TestListenerACKAndNACK: a valid server Listener is decoded into a
+// filter chain table and ACKed; a Listener that filterchain rejects is NACKed
+// with filterchain's reason on the wire, and the watcher keeps the good one.
+func TestListenerACKAndNACK(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	ms, c := setup(t)
+
+	good := e2e.DefaultServerListener("127.0.0.1", 50051, "route-1")
+	name := good.GetName()
+	w := newRecorder()
+	defer c.WatchResource(xdsresource.ListenerType, name, w)()
+	if err := ms.Update(ctx, e2e.Resources{Listeners: []*listenerpb.Listener{good}}); err != nil {
+		t.Fatal(err)
+	}
+	u := w.next(ctx, t)
+	lis, ok := u.data.(*xdsresource.Listener)
+	if !ok {
+		t.Fatalf("first callback = %+v, want a *xdsresource.Listener", u)
+	}
+	if got := lis.Table.DefaultChain(); got != nil {
+		t.Errorf("default chain = %v, want none", got)
+	}
+	chains := lis.Table.Chains()
+	if len(chains) != 1 || chains[0].HCM.RDSName != "route-1" {
+		t.Fatalf("chains = %+v, want one chain using RDS %q", chains, "route-1")
+	}
+	if _, err := ms.WaitForRequest(ctx, e2e.IsACK(xdsresource.ListenerTypeURL, "1")); err != nil {
+		t.Fatalf("no ACK of the good Listener: %v", err)
+	}
+
+	// Two chains with the same (empty) match: A36 says NACK.
+	bad := proto.Clone(good).(*listenerpb.Listener)
+	bad.FilterChains = append(bad.FilterChains, proto.Clone(bad.FilterChains[0]).(*listenerpb.FilterChain))
+	bad.FilterChains[1].Name = "second"
+	if err := ms.Update(ctx, e2e.Resources{Listeners: []*listenerpb.Listener{bad}}); err != nil {
+		t.Fatal(err)
+	}
+	nack, err := ms.WaitForRequest(ctx, e2e.IsNACK(xdsresource.ListenerTypeURL))
+	if err != nil {
+		t.Fatalf("no NACK of the duplicate-matcher Listener: %v", err)
+	}
+	if msg := nack.GetErrorDetail().GetMessage(); !strings.Contains(msg, name) || !strings.Contains(msg, `"second"`) || !strings.Contains(msg, "duplicates") {
+		t.Errorf("NACK error_detail = %q, want the Listener name and the duplicate chain named", msg)
+	}
+	if u := w.next(ctx, t); !u.ambient {
+		t.Fatalf("after the NACK the watcher got %+v, want an ambient error (the good Listener stays)", u)
+	}
+}
+
+// TestListenerIdenticalResendIsDropped: Equal makes a re-send of the same
+// Listener invisible to watchers.
+func TestListenerIdenticalResendIsDropped(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	ms, c := setup(t)
+	lis := e2e.DefaultServerListener("127.0.0.1", 50052, "")
+	w := newRecorder()
+	defer c.WatchResource(xdsresource.ListenerType, lis.GetName(), w)()
+	for _, version := range []string{"1", "2"} {
+		if err := ms.Update(ctx, e2e.Resources{Listeners: []*listenerpb.Listener{proto.Clone(lis).(*listenerpb.Listener)}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ms.WaitForRequest(ctx, e2e.IsACK(xdsresource.ListenerTypeURL, version)); err != nil {
+			t.Fatalf("no ACK of version %s: %v", version, err)
+		}
+	}
+	if u := w.next(ctx, t); u.data == nil {
+		t.Fatalf("first callback = %+v, want the Listener", u)
+	}
+	w.expectNone(t, 200*time.Millisecond)
+}
+
+// TestAPIListenerIsNACKed: a client's API listener is not a server Listener.
+func TestAPIListenerIsNACKed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	ms, c := setup(t)
+	lis := &listenerpb.Listener{Name: "api", ApiListener: &listenerpb.ApiListener{}}
+	w := newRecorder()
+	defer c.WatchResource(xdsresource.ListenerType, "api", w)()
+	if err := ms.Update(ctx, e2e.Resources{Listeners: []*listenerpb.Listener{lis}}); err != nil {
+		t.Fatal(err)
+	}
+	nack, err := ms.WaitForRequest(ctx, e2e.IsNACK(xdsresource.ListenerTypeURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg := nack.GetErrorDetail().GetMessage(); !strings.Contains(msg, "API listener") {
+		t.Errorf("NACK error_detail = %q, want it to say the Listener is an API listener", msg)
+	}
+	if u := w.next(ctx, t); u.err == nil || u.ambient {
+		t.Fatalf("watcher got %+v, want a resource error (nothing good was ever received)", u)
+	}
+}
+
+// TestRouteConfigACKAndNACK: a RouteConfiguration is compiled by routing; a
+// bad regex NACKs it, naming the field.
+func TestRouteConfigACKAndNACK(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	ms, c := setup(t)
+	rc := e2e.DefaultRouteConfig("route-1")
+	w := newRecorder()
+	defer c.WatchResource(xdsresource.RouteConfigType, "route-1", w)()
+	if err := ms.Update(ctx, e2e.Resources{Routes: []*routepb.RouteConfiguration{rc}}); err != nil {
+		t.Fatal(err)
+	}
+	u := w.next(ctx, t)
+	got, ok := u.data.(*xdsresource.RouteConfig)
+	if !ok {
+		t.Fatalf("first callback = %+v, want a *xdsresource.RouteConfig", u)
+	}
+	if rt, ok := got.Router.Match("any.example.com", "/pkg.Svc/Method", nil); !ok || rt.Action.String() == "" {
+		t.Fatalf("Match on the default route config = %v, %v; want a route", rt, ok)
+	}
+
+	bad := proto.Clone(rc).(*routepb.RouteConfiguration)
+	bad.VirtualHosts[0].Routes[0].Match.PathSpecifier = &routepb.RouteMatch_SafeRegex{SafeRegex: &matcherpb.RegexMatcher{Regex: "("}}
+	if err := ms.Update(ctx, e2e.Resources{Routes: []*routepb.RouteConfiguration{bad}}); err != nil {
+		t.Fatal(err)
+	}
+	nack, err := ms.WaitForRequest(ctx, e2e.IsNACK(xdsresource.RouteConfigTypeURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg := nack.GetErrorDetail().GetMessage(); !strings.Contains(msg, "safe_regex") {
+		t.Errorf("NACK error_detail = %q, want the bad field named", msg)
+	}
+}
+
+// TestListenerEqual: semantically identical Listeners are Equal even when
+// their bytes differ (unknown-field order, defaults written out); different
+// ones are not.
+func TestListenerEqual(t *testing.T) {
+	a := e2e.DefaultServerListener("127.0.0.1", 1, "r")
+	aBytes, err := proto.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same message with an explicit default field appended: other bytes,
+	// same meaning.
+	b := proto.Clone(a).(*listenerpb.Listener)
+	b.UseOriginalDst = wrapperspb.Bool(false)
+	c := proto.Clone(a).(*listenerpb.Listener)
+	c.Address.GetSocketAddress().Address = "127.0.0.2"
+
+	da := decodeBytes(t, aBytes)
+	if !da.Equal(decodeBytes(t, aBytes)) {
+		t.Error("the same bytes decoded twice are not Equal")
+	}
+	if da.Equal(decode(t, b)) {
+		t.Error("a Listener with use_original_dst=false set is Equal to one without it; proto.Equal says they differ")
+	}
+	if da.Equal(decode(t, c)) {
+		t.Error("Listeners with different addresses are Equal")
+	}
+	if !decode(t, c).Equal(decode(t, proto.Clone(c).(*listenerpb.Listener))) {
+		t.Error("a Listener is not Equal to its clone")
+	}
+}
+
+func decode(t *testing.T, l *listenerpb.Listener) xdsclient.ResourceData {
+	t.Helper()
+	b, err := proto.Marshal(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decodeBytes(t, b)
+}
+
+func decodeBytes(t *testing.T, b []byte) xdsclient.ResourceData {
+	t.Helper()
+	in := xdsclient.DecodeInput{Resource: &anypb.Any{TypeUrl: xdsresource.ListenerTypeURL, Value: b}}
+	_, d, err := xdsresource.ListenerType.Decode(in)
+	if err != nil {
+		t.Fatalf("Decode failed: %v", err)
+	}
+	return d
+}
