@@ -1,0 +1,53 @@
+package testutils
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// ModulePath is the path of this module, for building package paths in tests.
+const ModulePath = "github.com/proxyless-grpc/xds"
+
+// CheckDeps fails t if package pkg (an import path) depends, directly or
+// not, on any of forbidden: an entry matches a dependency equal to it or
+// below it ("google.golang.org/grpc" also forbids
+// "google.golang.org/grpc/codes"). It keeps the import graph of STYLE.md's
+// package layout from drifting. Without a go tool on PATH the test is
+// skipped.
+func CheckDeps(t *testing.T, pkg string, forbidden ...string) {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("go tool not found: %v", err)
+	}
+	out, err := exec.Command(goTool, "list", "-deps", pkg).Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, stderr)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) == 0 {
+		t.Fatalf("go list -deps %s listed nothing", pkg)
+	}
+	for _, dep := range deps {
+		for _, f := range forbidden {
+			if dep == f || strings.HasPrefix(dep, f+"/") {
+				t.Errorf("%s depends on %s, which it must not (forbidden: %s)", pkg, dep, f)
+			}
+		}
+	}
+}
+
+// PureForbidden lists what the pure packages (filterchain, internal/routing,
+// internal/matcher, rbac) must not depend on: gRPC, the xDS client, the
+// server, the test helpers and, outside tests, package testing.
+var PureForbidden = []string{
+	"testing",
+	"google.golang.org/grpc",
+	ModulePath + "/xdsclient",
+	ModulePath + "/internal/testutils",
+}
