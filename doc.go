@@ -1,0 +1,69 @@
+// Package xds is an xDS-enabled gRPC server (gRFC A36): a drop-in
+// replacement for grpc.NewServer whose listeners are configured by an xDS
+// control plane (Istio, Traffic Director, go-control-plane, ...). The control
+// plane decides which connections are accepted and with which filter chain,
+// which RPCs are routed to the registered services, and can change all of it
+// live without failing an RPC in flight.
+//
+//	s, err := xds.NewGRPCServer(grpc.Creds(insecure.NewCredentials()),
+//		xds.ServingModeCallback(func(addr net.Addr, a xds.ServingModeChangeArgs) {
+//			log.Printf("%v is now %v (err: %v)", addr, a.Mode, a.Err)
+//		}))
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	pb.RegisterGreeterServer(s, &server{})
+//	lis, _ := net.Listen("tcp", "0.0.0.0:50051")
+//	s.Serve(lis)
+//
+// The public API mirrors google.golang.org/grpc/xds, so moving from grpc-go's
+// package to this one is a change of import path.
+//
+// # Configuration
+//
+// NewGRPCServer reads the xDS bootstrap (BootstrapContents, else
+// GRPC_XDS_BOOTSTRAP_CONFIG, else the file named by GRPC_XDS_BOOTSTRAP) when
+// it is called. Serve watches the Listener resource named by the bootstrap's
+// server_listener_resource_name_template with "%s" replaced by the listening
+// "ip:port", and the RouteConfigurations its filter chains name.
+//
+// # Serving modes
+//
+// A listener serves once its Listener resource, and the RouteConfigurations
+// it uses, have arrived. Until then, and whenever the Listener does not exist
+// or names another address, it is "not serving": connections are accepted and
+// closed without a byte written. Losing the control plane does not change the
+// mode; the last good configuration keeps serving. ServingModeCallback is
+// told of every transition.
+//
+// # Updates and drain
+//
+// A new Listener applies to new connections at once. An existing connection
+// keeps running untouched when its filter chain is unchanged in the new
+// Listener and the new Listener would still pick that chain for it (as Envoy
+// does); otherwise it is drained: sent a GOAWAY, its RPCs in flight finish,
+// and it is closed after DrainGraceTime at the latest. DrainJitter spreads the
+// GOAWAYs of one drain over a window. An update of a RouteConfiguration
+// (RDS) applies to existing connections at once, without a drain.
+//
+// # Per-RPC routing and the tap handle
+//
+// Each RPC is routed by the tap handle (grpc.InTapHandle) of its connection's
+// filter chain: the virtual host is picked by :authority, the route by path
+// and headers, and the chain's HTTP filters run; an RPC with no matching
+// route, on a route whose action is not non_forwarding_action, or on a chain
+// whose RouteConfiguration is unusable fails with UNAVAILABLE. The tap runs
+// before gRPC looks up the method and before any user interceptor, so a
+// refused RPC never reaches user code. Because the server owns the tap
+// handle, grpc.InTapHandle cannot be passed to NewGRPCServer. Every other
+// grpc.ServerOption (credentials, interceptors, stats handlers, ...) applies
+// as with grpc.NewServer.
+//
+// # Implementation
+//
+// grpc.Server cannot drain one connection through its public API, so each
+// filter chain of a listener is served by its own unexported grpc.Servers,
+// built from the user's options and registrations and fed the accepted
+// connections through an in-memory listener; draining a chain gracefully
+// stops its servers, never the listening socket.
+package xds

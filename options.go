@@ -1,0 +1,168 @@
+package xds
+
+import (
+	"fmt"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+
+	"github.com/proxyless-grpc/xds/xdsclient"
+)
+
+// DefaultDrainGraceTime is how long a drained connection may keep running
+// in-flight RPCs after its GOAWAY when no DrainGraceTime option is given
+// (gRFC A36: "a default grace period of 10 minutes").
+const DefaultDrainGraceTime = 10 * time.Minute
+
+// ServingModeChangeArgs describes a change of the serving mode of one
+// listener, as given to the ServingModeCallback.
+type ServingModeChangeArgs struct {
+	// Mode is the new serving mode: connectivity.ServingModeServing or
+	// connectivity.ServingModeNotServing.
+	Mode connectivity.ServingMode
+	// Err says why the listener is not serving (the Listener resource does
+	// not exist, was deleted, or names another address). It is nil when Mode
+	// is connectivity.ServingModeServing.
+	Err error
+}
+
+// ServingModeCallback returns a server option that calls f on every change of
+// the serving mode of a listener passed to Serve: once when it first serves,
+// once when it first finds it cannot (for example, the Listener resource does
+// not exist), and once on each later transition. addr is the listener's
+// address (lis.Addr()).
+//
+// Calls for one listener are made one at a time, in order, from a goroutine
+// of that listener and never while the server holds a lock; calls for
+// different listeners may run concurrently. f may block, but while it does
+// that listener applies no configuration update (connections and RPCs are
+// not affected).
+//
+// Without this option each transition is logged at warning level.
+func ServingModeCallback(f func(addr net.Addr, args ServingModeChangeArgs)) grpc.ServerOption {
+	return &servingModeCallbackOption{f: f}
+}
+
+// DrainGraceTime returns a server option that sets how long a drained
+// connection keeps running its in-flight RPCs after it was sent a GOAWAY
+// (gRFC A36 "drain grace time"); when it expires the connection is closed and
+// the RPCs still running on it fail. A connection is drained when its filter
+// chain changes or goes away, or when the listener stops serving.
+//
+// The default, when the option is not given, is DefaultDrainGraceTime (10
+// minutes). Zero closes drained connections at once. A negative value makes
+// NewGRPCServer fail.
+func DrainGraceTime(d time.Duration) grpc.ServerOption {
+	return &drainGraceTimeOption{d: d}
+}
+
+// DrainJitter returns a server option that spreads the GOAWAYs of one drain
+// over a window of length d: drained connections are split over 8 groups,
+// each of which starts its graceful shutdown at an independent, uniformly
+// random offset in [0, d), so that a configuration push to a whole fleet does
+// not make every client reconnect in the same second. The drain grace time
+// of a group starts when its GOAWAY is sent.
+//
+// The default, zero, sends every GOAWAY of a drain at once (and serves each
+// filter chain with one group). A negative value makes NewGRPCServer fail.
+func DrainJitter(d time.Duration) grpc.ServerOption {
+	return &drainJitterOption{d: d}
+}
+
+// BootstrapContents returns a server option that gives the xDS bootstrap
+// configuration (gRFC A27 JSON) to use instead of the one named by the
+// environment (GRPC_XDS_BOOTSTRAP_CONFIG, then the file in
+// GRPC_XDS_BOOTSTRAP). A nil slice means "read the environment".
+func BootstrapContents(contents []byte) grpc.ServerOption {
+	return &bootstrapContentsOption{contents: contents}
+}
+
+// ClientPool returns a server option that takes the xDS client from p
+// instead of xdsclient.DefaultPool. Servers of one process whose bootstrap
+// configurations are equal share one client per pool. A nil p means
+// xdsclient.DefaultPool.
+func ClientPool(p *xdsclient.Pool) grpc.ServerOption {
+	return &clientPoolOption{p: p}
+}
+
+type servingModeCallbackOption struct {
+	grpc.EmptyServerOption
+	f func(net.Addr, ServingModeChangeArgs)
+}
+
+type drainGraceTimeOption struct {
+	grpc.EmptyServerOption
+	d time.Duration
+}
+
+type drainJitterOption struct {
+	grpc.EmptyServerOption
+	d time.Duration
+}
+
+type bootstrapContentsOption struct {
+	grpc.EmptyServerOption
+	contents []byte
+}
+
+type clientPoolOption struct {
+	grpc.EmptyServerOption
+	p *xdsclient.Pool
+}
+
+// serverOptions are the options of NewGRPCServer, split into this package's
+// and gRPC's. Immutable after parseOptions returns.
+type serverOptions struct {
+	modeCallback func(net.Addr, ServingModeChangeArgs) // nil: log transitions
+	drainGrace   time.Duration
+	drainJitter  time.Duration
+	bootstrap    []byte // nil: read the environment
+	pool         *xdsclient.Pool
+	// grpcOpts are every option that is not this package's, in order; they
+	// are given to every grpc.Server the GRPCServer creates.
+	grpcOpts []grpc.ServerOption
+}
+
+// parseOptions picks this package's options out of opts; the last of each
+// kind wins, as with gRPC's own options.
+func parseOptions(opts []grpc.ServerOption) (*serverOptions, error) {
+	so := &serverOptions{drainGrace: DefaultDrainGraceTime, pool: xdsclient.DefaultPool}
+	for _, o := range opts {
+		switch o := o.(type) {
+		case *servingModeCallbackOption:
+			so.modeCallback = o.f
+		case *drainGraceTimeOption:
+			if o.d < 0 {
+				return nil, fmt.Errorf("xds: DrainGraceTime(%v): must not be negative", o.d)
+			}
+			so.drainGrace = o.d
+		case *drainJitterOption:
+			if o.d < 0 {
+				return nil, fmt.Errorf("xds: DrainJitter(%v): must not be negative", o.d)
+			}
+			so.drainJitter = o.d
+		case *bootstrapContentsOption:
+			so.bootstrap = o.contents
+		case *clientPoolOption:
+			so.pool = o.p
+			if so.pool == nil {
+				so.pool = xdsclient.DefaultPool
+			}
+		default:
+			so.grpcOpts = append(so.grpcOpts, o)
+		}
+	}
+	return so, nil
+}
+
+// shardCount is the number of grpc.Servers a filter chain spreads its
+// connections over: one without jitter, else enough groups for the GOAWAYs of
+// one drain to be spread over the jitter window.
+func (so *serverOptions) shardCount() int {
+	if so.drainJitter == 0 {
+		return 1
+	}
+	return 8
+}

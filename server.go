@@ -1,0 +1,241 @@
+package xds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/tap"
+
+	"github.com/proxyless-grpc/xds/bootstrap"
+	"github.com/proxyless-grpc/xds/xdsclient"
+)
+
+// GRPCServer is a gRPC server whose listeners are configured by an xDS
+// control plane (gRFC A36): which connections it accepts, with which filter
+// chain, and which RPCs are routed to the registered services. It implements
+// grpc.ServiceRegistrar and reflection.ServiceInfoProvider, so generated
+// Register functions, the health service and server reflection work with it
+// as with a *grpc.Server.
+//
+// Create one with NewGRPCServer. All methods are safe for concurrent use.
+type GRPCServer struct {
+	opts    *serverOptions    // immutable
+	client  *xdsclient.Client // immutable; released by the first Stop/GracefulStop
+	release func()            // immutable
+	// catalog is a grpc.Server built from the user's options that never
+	// serves: it validates registrations as grpc.Server does and answers
+	// GetServiceInfo. Immutable pointer; grpc.Server is safe for concurrent
+	// use.
+	catalog *grpc.Server
+
+	mu sync.Mutex
+	// services are the registrations, replayed into every grpc.Server the
+	// server creates. Guarded by mu; never changes once serving is true.
+	services []serviceRegistration
+	serving  bool                          // guarded by mu; a Serve was called
+	stopped  bool                          // guarded by mu; Stop or GracefulStop was called
+	lis      map[*listenerWrapper]struct{} // guarded by mu; every Serve's wrapper
+	// stopDone is closed when the first Stop or GracefulStop has finished;
+	// later calls wait for it. Immutable pointer.
+	stopDone chan struct{}
+}
+
+// serviceRegistration is one RegisterService call. Immutable.
+type serviceRegistration struct {
+	desc *grpc.ServiceDesc
+	impl any
+}
+
+// NewGRPCServer returns an xDS-enabled gRPC server. opts may mix this
+// package's options (ServingModeCallback, DrainGraceTime, DrainJitter,
+// BootstrapContents, ClientPool) with any grpc.ServerOption, which is passed
+// to every grpc.Server the GRPCServer creates (credentials, interceptors,
+// stats handlers, keepalive, ...).
+//
+// The xDS bootstrap is read now: from BootstrapContents, else from the
+// environment variables GRPC_XDS_BOOTSTRAP_CONFIG (contents) and
+// GRPC_XDS_BOOTSTRAP (a file), which are read on every call. NewGRPCServer
+// fails when the bootstrap is missing or invalid, when it has no
+// server_listener_resource_name_template, or when that template is an
+// xdstp:// name whose authority the bootstrap does not list (gRFC A47).
+//
+// The server owns the tap handle of its grpc.Servers: it routes every RPC
+// there (see the package documentation), so grpc.InTapHandle cannot be
+// combined with it and makes NewGRPCServer fail.
+//
+// The server holds a reference on the pool's xDS client for its bootstrap
+// until Stop or GracefulStop.
+func NewGRPCServer(opts ...grpc.ServerOption) (*GRPCServer, error) {
+	so, err := parseOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := bootstrap.Load(so.bootstrap)
+	if err != nil {
+		return nil, fmt.Errorf("xds: %w", err)
+	}
+	if err := checkTemplate(cfg); err != nil {
+		return nil, err
+	}
+	catalog, err := newCatalogServer(so.grpcOpts)
+	if err != nil {
+		return nil, err
+	}
+	client, release, err := so.pool.Get(cfg)
+	if err != nil {
+		catalog.Stop()
+		return nil, fmt.Errorf("xds: creating the xDS client: %w", err)
+	}
+	return &GRPCServer{
+		opts:     so,
+		client:   client,
+		release:  release,
+		catalog:  catalog,
+		lis:      make(map[*listenerWrapper]struct{}),
+		stopDone: make(chan struct{}),
+	}, nil
+}
+
+// checkTemplate checks the bootstrap's server_listener_resource_name_template
+// (gRFC A36, A47).
+func checkTemplate(cfg *bootstrap.Config) error {
+	tmpl := cfg.ServerListenerResourceNameTemplate
+	if tmpl == "" {
+		return errors.New("xds: the xDS bootstrap has no server_listener_resource_name_template, which an xDS server needs to name its Listener resource")
+	}
+	if !strings.HasPrefix(tmpl, xdstpPrefix) {
+		return nil
+	}
+	auth, ok := xdstpAuthority(tmpl)
+	if !ok {
+		return fmt.Errorf("xds: server_listener_resource_name_template %q: an xdstp name must start with \"xdstp://<authority>/\"", tmpl)
+	}
+	if _, ok := cfg.ServersFor(auth); ok {
+		return nil
+	}
+	if dec, err := url.PathUnescape(auth); err == nil {
+		if _, ok := cfg.ServersFor(dec); ok {
+			return nil
+		}
+	}
+	return fmt.Errorf("xds: server_listener_resource_name_template %q: authority %q is not in the bootstrap's authorities (gRFC A47)", tmpl, auth)
+}
+
+// newCatalogServer builds the grpc.Server that records registrations, and
+// checks on the way that the user's options leave the tap handle to us:
+// grpc.InTapHandle panics when it is set twice.
+func newCatalogServer(grpcOpts []grpc.ServerOption) (srv *grpc.Server, err error) {
+	nop := func(ctx context.Context, _ *tap.Info) (context.Context, error) { return ctx, nil }
+	defer func() {
+		if r := recover(); r != nil {
+			srv, err = nil, fmt.Errorf("xds: the server options set grpc.InTapHandle, which an xDS server uses to route RPCs; the two cannot be combined (%v)", r)
+		}
+	}()
+	return grpc.NewServer(append(grpcOpts[:len(grpcOpts):len(grpcOpts)], grpc.InTapHandle(nop))...), nil
+}
+
+// RegisterService registers a service and its implementation, as
+// grpc.Server.RegisterService does (which it calls, so the same checks
+// apply). It must be called before the first Serve; a later call is logged
+// as an error and ignored.
+func (s *GRPCServer) RegisterService(sd *grpc.ServiceDesc, ss any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.serving {
+		logger.Errorf("xds: RegisterService(%q) after Serve: ignored", sd.ServiceName)
+		return
+	}
+	s.catalog.RegisterService(sd, ss)
+	s.services = append(s.services, serviceRegistration{desc: sd, impl: ss})
+}
+
+// GetServiceInfo returns the registered services and their methods, as
+// grpc.Server.GetServiceInfo does.
+func (s *GRPCServer) GetServiceInfo() map[string]grpc.ServiceInfo {
+	return s.catalog.GetServiceInfo()
+}
+
+// Serve accepts connections on lis and serves them under the xDS
+// configuration of the Listener resource named after lis's address (the
+// bootstrap's server_listener_resource_name_template with every "%s"
+// replaced by "ip:port"; a listener bound to port 0 is named with the port
+// it got). lis.Addr() must be a *net.TCPAddr.
+//
+// Until the Listener resource arrives, and whenever it does not exist or
+// names another address, connections are accepted and closed at once
+// without a byte written (gRFC A36 "not serving").
+//
+// Serve blocks; it returns nil after Stop or GracefulStop, or the error of
+// lis.Accept if the listener fails (temporary errors are retried). Serve may
+// be called for several listeners, each configured independently. After Stop
+// or GracefulStop it closes lis and returns grpc.ErrServerStopped.
+func (s *GRPCServer) Serve(lis net.Listener) error {
+	tcp, ok := lis.Addr().(*net.TCPAddr)
+	if !ok {
+		return fmt.Errorf("xds: Serve needs a TCP listener, got address %v of type %T", lis.Addr(), lis.Addr())
+	}
+	addr := unmapAddrPort(tcp.AddrPort())
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		lis.Close()
+		return grpc.ErrServerStopped
+	}
+	s.serving = true
+	lw := newListenerWrapper(listenerParams{
+		lis:      lis,
+		addr:     addr,
+		name:     listenerResourceName(s.client.BootstrapConfig().ServerListenerResourceNameTemplate, addr),
+		opts:     s.opts,
+		client:   s.client,
+		services: s.services,
+	})
+	s.lis[lw] = struct{}{}
+	s.mu.Unlock()
+	return lw.serve()
+}
+
+// Stop stops the server at once: it closes every listener passed to Serve
+// and every connection (RPCs in flight fail), cancels every xDS watch and
+// releases the xDS client. Every Serve returns nil. Stop returns when every
+// goroutine of the server has exited. Later calls wait for the first.
+func (s *GRPCServer) Stop() { s.stop(false) }
+
+// GracefulStop stops the server like Stop, except that connections are sent
+// a GOAWAY and closed once their RPCs in flight have finished (drains in
+// progress keep their grace deadline); it returns when they have.
+func (s *GRPCServer) GracefulStop() { s.stop(true) }
+
+func (s *GRPCServer) stop(graceful bool) {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		<-s.stopDone
+		return
+	}
+	s.stopped = true
+	lws := make([]*listenerWrapper, 0, len(s.lis))
+	for lw := range s.lis {
+		lws = append(lws, lw)
+	}
+	s.mu.Unlock()
+
+	var wg sync.WaitGroup
+	for _, lw := range lws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lw.close(graceful)
+		}()
+	}
+	wg.Wait()
+	s.catalog.Stop()
+	s.release()
+	close(s.stopDone)
+}

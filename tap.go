@@ -1,0 +1,62 @@
+package xds
+
+import (
+	"context"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+
+	"github.com/proxyless-grpc/xds/internal/httpfilter"
+	"github.com/proxyless-grpc/xds/internal/routing"
+)
+
+// tap is the grpc.InTapHandle of every grpc.Server of cs: the xDS part of
+// each RPC (gRFC A36). It runs when the RPC's headers arrive, before gRPC
+// looks up the method and before any user interceptor, so an RPC refused here
+// never reaches user code. It picks the virtual host by :authority and the
+// route by path and headers, runs the chain's HTTP filters, and lets the RPC
+// through only on a non_forwarding_action route; every refusal is
+// UNAVAILABLE saying why.
+//
+// gRPC calls it with a transport lock held, so it does only the route match:
+// one atomic load, no lock, no map shared by all RPCs, no allocation unless
+// the RPC is refused.
+func (cs *chainServer) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	rt := cs.routes.load()
+	if rt.err != nil {
+		return ctx, status.Errorf(codes.Unavailable, "xds: filter chain %q: %v", cs.chain.Name, rt.err)
+	}
+	var authority string
+	if a := info.Header[":authority"]; len(a) > 0 {
+		authority = a[0]
+	}
+	route, ok := rt.router.Match(authority, info.FullMethodName, info.Header)
+	if !ok {
+		return ctx, status.Errorf(codes.Unavailable, "xds: RouteConfiguration %q has no virtual host and route matching authority %q and method %q", rt.router.Name(), authority, info.FullMethodName)
+	}
+	ctx, err := runHTTPFilters(ctx, cs.chain.HCM.Filters, route)
+	if err != nil {
+		return ctx, err
+	}
+	// gRFC A36: a route of another action fails the RPCs that reach the end
+	// of the filter chain.
+	if route.Action != routing.ActionNonForwarding {
+		return ctx, status.Errorf(codes.Unavailable, "xds: RouteConfiguration %q, virtual host %q, route %d %q: action is %v, not non_forwarding_action", rt.router.Name(), route.VirtualHost, route.Index, route.Name, route.Action)
+	}
+	return ctx, nil
+}
+
+// runHTTPFilters runs the chain's HTTP filters (gRFC A39) for an RPC matched
+// to route, in order. The only filter today is the router, the last one,
+// whose work (the route match and the action check) the tap does itself.
+//
+// This is where filters such as RBAC (gRFC A41) will run: each with its
+// per-route config merged over the top-level one (route.FilterOverrides holds
+// the overrides, keyed by filter instance name), precomputed per route when
+// the configuration is applied, never per RPC.
+func runHTTPFilters(ctx context.Context, filters []httpfilter.Instance, route *routing.Route) (context.Context, error) {
+	_ = filters
+	_ = route
+	return ctx, nil
+}
