@@ -1,0 +1,656 @@
+package xds_test
+
+// Shared helpers of the end-to-end tests of package xds: a real management
+// server (e2e.StartManagementServer), a real xds.GRPCServer serving the
+// grpc.testing.TestService on 127.0.0.x, real grpc-go clients.
+//
+// Every filter chain the tests build carries its own inline
+// RouteConfiguration that lets an RPC with the metadata "x-chain: <its name>"
+// through and refuses one with any other "x-chain" value (a `route` action,
+// which an xDS server answers with UNAVAILABLE). chainOf uses that to tell
+// which filter chain serves a connection.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/proxyless-grpc/xds"
+	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
+)
+
+const (
+	defaultTestTimeout      = 10 * time.Second
+	defaultTestShortTimeout = 300 * time.Millisecond
+
+	methodEmpty  = "/grpc.testing.TestService/EmptyCall"
+	methodUnary  = "/grpc.testing.TestService/UnaryCall"
+	methodStream = "/grpc.testing.TestService/FullDuplexCall"
+
+	chainHeader = "x-chain"
+)
+
+func testContext(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// testService implements grpc.testing.TestService: EmptyCall and UnaryCall
+// answer at once (UnaryCall echoes the payload), FullDuplexCall echoes every
+// message until the client closes its side.
+type testService struct {
+	testgrpc.UnimplementedTestServiceServer
+}
+
+func (testService) EmptyCall(context.Context, *testpb.Empty) (*testpb.Empty, error) {
+	return &testpb.Empty{}, nil
+}
+
+func (testService) UnaryCall(_ context.Context, req *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+	return &testpb.SimpleResponse{Payload: req.GetPayload()}, nil
+}
+
+func (testService) FullDuplexCall(stream testgrpc.TestService_FullDuplexCallServer) error {
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(&testpb.StreamingOutputCallResponse{Payload: req.GetPayload()}); err != nil {
+			return err
+		}
+	}
+}
+
+// --- management server and xDS server ---
+
+// testEnv is one management server and the bootstrap that points at it.
+type testEnv struct {
+	ms        *e2e.ManagementServer
+	nodeID    string
+	bootstrap []byte
+}
+
+func newTestEnv(t *testing.T) *testEnv {
+	t.Helper()
+	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
+	nodeID := "node-" + strings.ReplaceAll(t.Name(), "/", "-")
+	return &testEnv{
+		ms:     ms,
+		nodeID: nodeID,
+		bootstrap: e2e.Bootstrap(t, e2e.BootstrapOptions{
+			ServerURIs:                         []string{ms.Address},
+			NodeID:                             nodeID,
+			ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
+		}),
+	}
+}
+
+// update pushes listeners (and routes, if not nil) as the whole state of the
+// management server for those types.
+func (e *testEnv) update(ctx context.Context, t *testing.T, listeners []*listenerpb.Listener, routes []*routepb.RouteConfiguration) {
+	t.Helper()
+	if listeners == nil {
+		listeners = []*listenerpb.Listener{}
+	}
+	if err := e.ms.Update(ctx, e2e.Resources{Listeners: listeners, Routes: routes}); err != nil {
+		t.Fatalf("ms.Update: %v", err)
+	}
+}
+
+// testServer is an xds.GRPCServer serving testService, stopped at cleanup;
+// the cleanup checks that every Serve returned nil.
+type testServer struct {
+	*xds.GRPCServer
+	t     *testing.T
+	modes *modeRecorder
+
+	mu    sync.Mutex
+	serve []chan error
+	lis   []net.Listener
+}
+
+// newServer creates a server for env's bootstrap with a serving-mode
+// recorder and opts (later options win).
+func (e *testEnv) newServer(t *testing.T, opts ...grpc.ServerOption) *testServer {
+	t.Helper()
+	modes := newModeRecorder()
+	all := append([]grpc.ServerOption{xds.BootstrapContents(e.bootstrap), modes.option()}, opts...)
+	s, err := xds.NewGRPCServer(all...)
+	if err != nil {
+		t.Fatalf("xds.NewGRPCServer: %v", err)
+	}
+	testgrpc.RegisterTestServiceServer(s, testService{})
+	ts := &testServer{GRPCServer: s, t: t, modes: modes}
+	t.Cleanup(ts.stopAndWait)
+	return ts
+}
+
+// serveOn starts Serve(lis) in a goroutine.
+func (s *testServer) serveOn(lis net.Listener) {
+	done := make(chan error, 1)
+	s.mu.Lock()
+	s.serve = append(s.serve, done)
+	s.lis = append(s.lis, lis)
+	s.mu.Unlock()
+	go func() { done <- s.Serve(lis) }()
+}
+
+// stopAndWait stops the server and checks that every Serve returned nil.
+func (s *testServer) stopAndWait() {
+	s.t.Helper()
+	s.Stop()
+	s.waitServeReturned(nil)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, lis := range s.lis {
+		lis.Close()
+	}
+}
+
+// waitServeReturned waits for every Serve to return and checks its error.
+func (s *testServer) waitServeReturned(want error) {
+	s.t.Helper()
+	s.mu.Lock()
+	serves := s.serve
+	s.serve = nil
+	s.mu.Unlock()
+	timer := time.NewTimer(defaultTestTimeout)
+	defer timer.Stop()
+	for _, done := range serves {
+		select {
+		case err := <-done:
+			if !errors.Is(err, want) {
+				s.t.Errorf("Serve returned %v, want %v", err, want)
+			}
+		case <-timer.C:
+			s.t.Errorf("Serve did not return within %v of Stop", defaultTestTimeout)
+			return
+		}
+	}
+}
+
+// listen listens on ip:0 and returns the listener and its port. Closing it
+// is up to Serve (Stop closes it) or the caller.
+func listen(t *testing.T, ip string) (net.Listener, uint32) {
+	t.Helper()
+	lis, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatalf("net.Listen(%q): %v", ip, err)
+	}
+	return lis, uint32(lis.Addr().(*net.TCPAddr).Port)
+}
+
+// --- serving modes ---
+
+// modeRecorder records the serving-mode callbacks, per listener address.
+type modeRecorder struct {
+	mu  sync.Mutex
+	chs map[string]chan xds.ServingModeChangeArgs
+}
+
+func newModeRecorder() *modeRecorder {
+	return &modeRecorder{chs: make(map[string]chan xds.ServingModeChangeArgs)}
+}
+
+func (r *modeRecorder) ch(addr string) chan xds.ServingModeChangeArgs {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.chs[addr]
+	if c == nil {
+		c = make(chan xds.ServingModeChangeArgs, 1000)
+		r.chs[addr] = c
+	}
+	return c
+}
+
+func (r *modeRecorder) option() grpc.ServerOption {
+	return xds.ServingModeCallback(func(addr net.Addr, args xds.ServingModeChangeArgs) {
+		r.ch(addr.String()) <- args
+	})
+}
+
+// wait returns the next serving-mode change of addr and fails the test if it
+// is not to mode or if there is none before ctx ends. A change to Serving
+// must carry no error, one to NotServing must say why.
+func (r *modeRecorder) wait(ctx context.Context, t *testing.T, addr net.Addr, mode connectivity.ServingMode) xds.ServingModeChangeArgs {
+	t.Helper()
+	select {
+	case args := <-r.ch(addr.String()):
+		if args.Mode != mode {
+			t.Fatalf("serving mode of %v changed to %v (err: %v), want %v", addr, args.Mode, args.Err, mode)
+		}
+		switch mode {
+		case connectivity.ServingModeServing:
+			if args.Err != nil {
+				t.Errorf("serving mode of %v changed to Serving with error %v, want nil", addr, args.Err)
+			}
+		case connectivity.ServingModeNotServing:
+			if args.Err == nil {
+				t.Errorf("serving mode of %v changed to NotServing with a nil error, want one that says why", addr)
+			}
+		}
+		return args
+	case <-ctx.Done():
+		t.Fatalf("timeout waiting for the serving mode of %v to change to %v", addr, mode)
+	}
+	return xds.ServingModeChangeArgs{}
+}
+
+// expectNone fails the test if addr's serving mode changes within d.
+func (r *modeRecorder) expectNone(t *testing.T, addr net.Addr, d time.Duration) {
+	t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case args := <-r.ch(addr.String()):
+		t.Errorf("serving mode of %v changed to %v (err: %v), want no change", addr, args.Mode, args.Err)
+	case <-timer.C:
+	}
+}
+
+// --- clients ---
+
+// testClient is a grpc-go client of one server address whose connections
+// come from a chosen source address and are counted.
+type testClient struct {
+	*grpc.ClientConn
+	testgrpc.TestServiceClient
+	dials atomic.Int32
+}
+
+// newClient returns a client of addr whose TCP connections are bound to
+// srcIP (any port if srcPort is 0). Reconnection backoff is short so that
+// tests need not wait for gRPC's default of 1 s and more.
+func newClient(t *testing.T, addr net.Addr, srcIP string, srcPort uint16, opts ...grpc.DialOption) *testClient {
+	t.Helper()
+	c := &testClient{}
+	local := net.TCPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(srcIP), srcPort))
+	dialer := func(ctx context.Context, target string) (net.Conn, error) {
+		c.dials.Add(1)
+		d := net.Dialer{LocalAddr: local}
+		return d.DialContext(ctx, "tcp", target)
+	}
+	all := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(dialer),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 200 * time.Millisecond},
+			MinConnectTimeout: 2 * time.Second,
+		}),
+	}, opts...)
+	cc, err := grpc.NewClient("passthrough:///"+addr.String(), all...)
+	if err != nil {
+		t.Fatalf("grpc.NewClient(%v): %v", addr, err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	c.ClientConn = cc
+	c.TestServiceClient = testgrpc.NewTestServiceClient(cc)
+	return c
+}
+
+// emptyCall makes an EmptyCall and returns its status code.
+func (c *testClient) emptyCall(ctx context.Context, opts ...grpc.CallOption) codes.Code {
+	_, err := c.EmptyCall(ctx, &testpb.Empty{}, opts...)
+	return status.Code(err)
+}
+
+// unaryCall makes a UnaryCall and returns its status code.
+func (c *testClient) unaryCall(ctx context.Context, opts ...grpc.CallOption) codes.Code {
+	_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{}, opts...)
+	return status.Code(err)
+}
+
+// chainOf returns which of the chains (by name) serves c's connection: the
+// one whose probe RPC (EmptyCall with "x-chain: <name>") succeeds; "" if
+// every probe fails with UNAVAILABLE. Other codes fail the test.
+func (c *testClient) chainOf(ctx context.Context, t *testing.T, names ...string) string {
+	t.Helper()
+	for _, name := range names {
+		pctx := metadata.AppendToOutgoingContext(ctx, chainHeader, name)
+		_, err := c.EmptyCall(pctx, &testpb.Empty{})
+		switch status.Code(err) {
+		case codes.OK:
+			return name
+		case codes.Unavailable:
+		default:
+			t.Fatalf("probe of chain %q: %v, want OK or UNAVAILABLE", name, err)
+		}
+	}
+	return ""
+}
+
+// waitForChain polls chainOf until it returns want.
+func (c *testClient) waitForChain(ctx context.Context, t *testing.T, want string, names ...string) {
+	t.Helper()
+	var got string
+	for ctx.Err() == nil {
+		if got = c.chainOf(ctx, t, names...); got == want {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("connection served by chain %q, want %q", got, want)
+}
+
+// waitForCode polls rpc until it returns want.
+func waitForCode(ctx context.Context, t *testing.T, what string, want codes.Code, rpc func(context.Context) codes.Code) {
+	t.Helper()
+	got := codes.Unknown
+	for ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		got = rpc(rctx)
+		cancel()
+		if got == want {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s: got code %v, want %v", what, got, want)
+}
+
+// stream is an open FullDuplexCall.
+type stream struct {
+	testgrpc.TestService_FullDuplexCallClient
+	cancel context.CancelFunc
+}
+
+func (c *testClient) startStream(ctx context.Context, t *testing.T) *stream {
+	t.Helper()
+	sctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	s, err := c.FullDuplexCall(sctx)
+	if err != nil {
+		t.Fatalf("FullDuplexCall: %v", err)
+	}
+	st := &stream{TestService_FullDuplexCallClient: s, cancel: cancel}
+	st.pingPong(t)
+	return st
+}
+
+// pingPong sends one message and waits for its echo.
+func (s *stream) pingPong(t *testing.T) {
+	t.Helper()
+	if err := s.roundTrip(); err != nil {
+		t.Fatalf("stream round trip: %v", err)
+	}
+}
+
+func (s *stream) roundTrip() error {
+	want := []byte("ping")
+	if err := s.Send(&testpb.StreamingOutputCallRequest{Payload: &testpb.Payload{Body: want}}); err != nil {
+		return fmt.Errorf("Send: %w", err)
+	}
+	resp, err := s.Recv()
+	if err != nil {
+		return fmt.Errorf("Recv: %w", err)
+	}
+	if got := resp.GetPayload().GetBody(); string(got) != string(want) {
+		return fmt.Errorf("Recv got payload %q, want %q", got, want)
+	}
+	return nil
+}
+
+// finish closes the client side and checks that the stream ends with OK.
+func (s *stream) finish(t *testing.T) {
+	t.Helper()
+	if err := s.CloseSend(); err != nil {
+		t.Fatalf("CloseSend: %v", err)
+	}
+	if _, err := s.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("stream ended with %v, want io.EOF (status OK)", err)
+	}
+}
+
+// --- raw TCP ---
+
+// expectClosedNoBytes dials addr from srcIP and fails the test unless the
+// server closes the connection without writing a single byte (a serving
+// gRPC server writes its HTTP/2 SETTINGS at once).
+func expectClosedNoBytes(t *testing.T, addr net.Addr, srcIP string) {
+	t.Helper()
+	if err := closedNoBytes(addr, srcIP); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func closedNoBytes(addr net.Addr, srcIP string) error {
+	d := net.Dialer{
+		LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(srcIP), 0)),
+		Timeout:   defaultTestTimeout,
+	}
+	conn, err := d.Dial("tcp", addr.String())
+	if err != nil {
+		return fmt.Errorf("dial %v: %v", addr, err)
+	}
+	defer conn.Close()
+	conn.SetReadDeadline(time.Now().Add(defaultTestTimeout))
+	buf := make([]byte, 64)
+	n, err := conn.Read(buf)
+	if n > 0 {
+		return fmt.Errorf("connection to %v from %s: server wrote %d bytes (%q...), want it closed without a byte", addr, srcIP, n, buf[:n])
+	}
+	if !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		return fmt.Errorf("connection to %v from %s: read returned %v, want EOF with 0 bytes", addr, srcIP, err)
+	}
+	return nil
+}
+
+// waitClosedNoBytes polls closedNoBytes until it holds: a configuration
+// change reaches the server asynchronously.
+func waitClosedNoBytes(ctx context.Context, t *testing.T, addr net.Addr, srcIP string) {
+	t.Helper()
+	var err error
+	for ctx.Err() == nil {
+		if err = closedNoBytesQuick(addr, srcIP); err == nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("server never closed connections without a byte: %v", err)
+}
+
+// closedNoBytesQuick is closedNoBytes with a short read deadline, for
+// polling while a serving server may still accept connections.
+func closedNoBytesQuick(addr net.Addr, srcIP string) error {
+	d := net.Dialer{
+		LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(srcIP), 0)),
+		Timeout:   time.Second,
+	}
+	conn, err := d.Dial("tcp", addr.String())
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	conn.SetReadDeadline(time.Now().Add(time.Second))
+	buf := make([]byte, 64)
+	n, err := conn.Read(buf)
+	if n > 0 {
+		return fmt.Errorf("server wrote %d bytes", n)
+	}
+	if !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		return fmt.Errorf("read: %v", err)
+	}
+	return nil
+}
+
+// --- resources ---
+
+func cidr(s string) *corepb.CidrRange {
+	p := netip.MustParsePrefix(s)
+	return &corepb.CidrRange{AddressPrefix: p.Addr().String(), PrefixLen: wrapperspb.UInt32(uint32(p.Bits()))}
+}
+
+// nonForwarding is a route action that lets an RPC through on a server.
+func nonForwarding(m *routepb.RouteMatch) *routepb.Route {
+	return &routepb.Route{Match: m, Action: &routepb.Route_NonForwardingAction{NonForwardingAction: &routepb.NonForwardingAction{}}}
+}
+
+// clientRoute is a route with a `route` action, which an xDS server refuses
+// with UNAVAILABLE (gRFC A36).
+func clientRoute(m *routepb.RouteMatch) *routepb.Route {
+	return &routepb.Route{Match: m, Action: &routepb.Route_Route{Route: &routepb.RouteAction{
+		ClusterSpecifier: &routepb.RouteAction_Cluster{Cluster: "cluster"},
+	}}}
+}
+
+func prefixMatch(p string) *routepb.RouteMatch {
+	return &routepb.RouteMatch{PathSpecifier: &routepb.RouteMatch_Prefix{Prefix: p}}
+}
+
+func pathMatch(p string) *routepb.RouteMatch {
+	return &routepb.RouteMatch{PathSpecifier: &routepb.RouteMatch_Path{Path: p}}
+}
+
+// chainRoutes returns the routes of a filter chain tagged tag: an RPC with
+// "x-chain: tag" goes through, one with another x-chain value is refused;
+// RPCs without x-chain go through if their path is in allowed (every path if
+// allowed is empty) and are refused otherwise.
+func chainRoutes(tag string, allowed ...string) []*routepb.Route {
+	probe := prefixMatch("/")
+	probe.Headers = []*routepb.HeaderMatcher{{Name: chainHeader, HeaderMatchSpecifier: &routepb.HeaderMatcher_ExactMatch{ExactMatch: tag}}}
+	other := prefixMatch("/")
+	other.Headers = []*routepb.HeaderMatcher{{Name: chainHeader, HeaderMatchSpecifier: &routepb.HeaderMatcher_PresentMatch{PresentMatch: true}}}
+	routes := []*routepb.Route{nonForwarding(probe), clientRoute(other)}
+	if len(allowed) == 0 {
+		return append(routes, nonForwarding(prefixMatch("/")))
+	}
+	for _, p := range allowed {
+		routes = append(routes, nonForwarding(pathMatch(p)))
+	}
+	return append(routes, clientRoute(prefixMatch("/")))
+}
+
+// routeConfig returns a RouteConfiguration named name with one virtual host
+// for every authority holding routes.
+func routeConfig(name string, routes []*routepb.Route) *routepb.RouteConfiguration {
+	return &routepb.RouteConfiguration{
+		Name:         name,
+		VirtualHosts: []*routepb.VirtualHost{{Name: "vh-" + name, Domains: []string{"*"}, Routes: routes}},
+	}
+}
+
+// chainSpec describes one filter chain of a test Listener.
+type chainSpec struct {
+	name  string
+	match *listenerpb.FilterChainMatch
+	// allowed are the paths RPCs without x-chain may use; empty: every path.
+	allowed []string
+	// rds, if set, makes the chain take its routes from this
+	// RouteConfiguration over RDS instead of chainRoutes inline.
+	rds string
+	// routes, if set, is the chain's inline RouteConfiguration.
+	routes *routepb.RouteConfiguration
+}
+
+func (c chainSpec) filterChain() *listenerpb.FilterChain {
+	hcm := &hcmpb.HttpConnectionManager{
+		StatPrefix:  "test",
+		HttpFilters: []*hcmpb.HttpFilter{e2e.RouterHTTPFilter()},
+	}
+	switch {
+	case c.rds != "":
+		hcm.RouteSpecifier = &hcmpb.HttpConnectionManager_Rds{Rds: &hcmpb.Rds{
+			RouteConfigName: c.rds,
+			ConfigSource: &corepb.ConfigSource{
+				ConfigSourceSpecifier: &corepb.ConfigSource_Ads{Ads: &corepb.AggregatedConfigSource{}},
+				ResourceApiVersion:    corepb.ApiVersion_V3,
+			},
+		}}
+	case c.routes != nil:
+		hcm.RouteSpecifier = &hcmpb.HttpConnectionManager_RouteConfig{RouteConfig: c.routes}
+	default:
+		hcm.RouteSpecifier = &hcmpb.HttpConnectionManager_RouteConfig{
+			RouteConfig: routeConfig("routes-"+c.name, chainRoutes(c.name, c.allowed...)),
+		}
+	}
+	return &listenerpb.FilterChain{
+		Name:             c.name,
+		FilterChainMatch: c.match,
+		Filters: []*listenerpb.Filter{{
+			Name:       e2e.HCMFilterName,
+			ConfigType: &listenerpb.Filter_TypedConfig{TypedConfig: e2e.HCMAny(hcm)},
+		}},
+	}
+}
+
+// testListener returns the Listener resource for a server listening on
+// lisAddr, with the address addr (usually lisAddr), the chains and an
+// optional default chain.
+func testListener(lisAddr net.Addr, chains []chainSpec, def *chainSpec) *listenerpb.Listener {
+	return listenerAt(lisAddr, lisAddr, chains, def)
+}
+
+// listenerAt is testListener with a Listener address that may differ from
+// the address it is named after.
+func listenerAt(nameAddr, addr net.Addr, chains []chainSpec, def *chainSpec) *listenerpb.Listener {
+	na := nameAddr.(*net.TCPAddr).AddrPort()
+	a := addr.(*net.TCPAddr).AddrPort()
+	l := &listenerpb.Listener{
+		Name: e2e.ServerListenerName(na.Addr().Unmap().String(), uint32(na.Port())),
+		Address: &corepb.Address{Address: &corepb.Address_SocketAddress{SocketAddress: &corepb.SocketAddress{
+			Protocol:      corepb.SocketAddress_TCP,
+			Address:       a.Addr().Unmap().String(),
+			PortSpecifier: &corepb.SocketAddress_PortValue{PortValue: uint32(a.Port())},
+		}}},
+	}
+	for _, c := range chains {
+		l.FilterChains = append(l.FilterChains, c.filterChain())
+	}
+	if def != nil {
+		l.DefaultFilterChain = def.filterChain()
+	}
+	return l
+}
+
+// simpleListener is a Listener for lisAddr with one chain "A" that lets
+// every RPC through.
+func simpleListener(lisAddr net.Addr) *listenerpb.Listener {
+	return testListener(lisAddr, []chainSpec{{name: "A"}}, nil)
+}
+
+// hostPort splits a TCP address for e2e helpers.
+func hostPort(addr net.Addr) (string, uint32) {
+	ap := addr.(*net.TCPAddr).AddrPort()
+	return ap.Addr().Unmap().String(), uint32(ap.Port())
+}
+
+// freePort returns a TCP port of ip that was free a moment ago.
+func freePort(t *testing.T, ip string) uint16 {
+	t.Helper()
+	lis, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatalf("net.Listen: %v", err)
+	}
+	defer lis.Close()
+	return lis.Addr().(*net.TCPAddr).AddrPort().Port()
+}

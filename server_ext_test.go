@@ -1,0 +1,524 @@
+package xds_test
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+
+	"github.com/proxyless-grpc/xds"
+	"github.com/proxyless-grpc/xds/bootstrap"
+	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
+	"github.com/proxyless-grpc/xds/xdsclient"
+)
+
+// TestNewGRPCServer_BootstrapErrors checks that NewGRPCServer fails, with an
+// error that names the problem, without a usable bootstrap (gRFC A36: no
+// default for server_listener_resource_name_template).
+func TestNewGRPCServer_BootstrapErrors(t *testing.T) {
+	noTemplate := e2e.Bootstrap(t, e2e.BootstrapOptions{ServerURIs: []string{"127.0.0.1:1"}, NodeID: "n"})
+	tests := []struct {
+		desc     string
+		env      map[string]string
+		opts     []grpc.ServerOption
+		wantWord string // a word the error must contain, case-insensitively
+		wantErr  error  // if set, the error must match it (errors.Is)
+	}{
+		{
+			desc:     "no bootstrap at all",
+			env:      map[string]string{"GRPC_XDS_BOOTSTRAP": "", "GRPC_XDS_BOOTSTRAP_CONFIG": ""},
+			wantWord: "bootstrap",
+			wantErr:  bootstrap.ErrNoBootstrap,
+		},
+		{
+			desc:     "bootstrap file does not exist",
+			env:      map[string]string{"GRPC_XDS_BOOTSTRAP": filepath.Join(t.TempDir(), "missing.json"), "GRPC_XDS_BOOTSTRAP_CONFIG": ""},
+			wantWord: "missing.json",
+			wantErr:  fs.ErrNotExist,
+		},
+		{
+			desc:     "invalid JSON in the option",
+			env:      map[string]string{"GRPC_XDS_BOOTSTRAP": "", "GRPC_XDS_BOOTSTRAP_CONFIG": ""},
+			opts:     []grpc.ServerOption{xds.BootstrapContents([]byte(`{"xds_servers": [`))},
+			wantWord: "bootstrap",
+		},
+		{
+			desc:     "invalid JSON in GRPC_XDS_BOOTSTRAP_CONFIG",
+			env:      map[string]string{"GRPC_XDS_BOOTSTRAP": "", "GRPC_XDS_BOOTSTRAP_CONFIG": `not json`},
+			wantWord: "bootstrap",
+		},
+		{
+			desc:     "no xds_servers",
+			env:      map[string]string{"GRPC_XDS_BOOTSTRAP": "", "GRPC_XDS_BOOTSTRAP_CONFIG": ""},
+			opts:     []grpc.ServerOption{xds.BootstrapContents([]byte(`{"node": {"id": "n"}, "server_listener_resource_name_template": "x/%s"}`))},
+			wantWord: "xds_servers",
+			wantErr:  bootstrap.ErrMissingField,
+		},
+		{
+			desc:     "no server_listener_resource_name_template",
+			env:      map[string]string{"GRPC_XDS_BOOTSTRAP": "", "GRPC_XDS_BOOTSTRAP_CONFIG": ""},
+			opts:     []grpc.ServerOption{xds.BootstrapContents(noTemplate)},
+			wantWord: "server_listener_resource_name_template",
+		},
+		{
+			desc:     "no server_listener_resource_name_template, from the environment",
+			env:      map[string]string{"GRPC_XDS_BOOTSTRAP": "", "GRPC_XDS_BOOTSTRAP_CONFIG": string(noTemplate)},
+			wantWord: "server_listener_resource_name_template",
+		},
+		{
+			desc:     "negative DrainGraceTime",
+			env:      map[string]string{"GRPC_XDS_BOOTSTRAP": "", "GRPC_XDS_BOOTSTRAP_CONFIG": ""},
+			opts:     []grpc.ServerOption{xds.BootstrapContents(validBootstrap(t)), xds.DrainGraceTime(-time.Second)},
+			wantWord: "DrainGraceTime",
+		},
+	}
+	for _, test := range tests {
+		t.Run(test.desc, func(t *testing.T) {
+			for k, v := range test.env {
+				t.Setenv(k, v)
+			}
+			s, err := xds.NewGRPCServer(test.opts...)
+			if err == nil {
+				s.Stop()
+				t.Fatal("NewGRPCServer succeeded, want an error")
+			}
+			if !strings.Contains(strings.ToLower(err.Error()), strings.ToLower(test.wantWord)) {
+				t.Errorf("NewGRPCServer error %q does not name the problem (%q)", err, test.wantWord)
+			}
+			if test.wantErr != nil && !errors.Is(err, test.wantErr) {
+				t.Errorf("NewGRPCServer error %v does not match %v", err, test.wantErr)
+			}
+		})
+	}
+}
+
+func validBootstrap(t *testing.T) []byte {
+	return e2e.Bootstrap(t, e2e.BootstrapOptions{
+		ServerURIs:                         []string{"127.0.0.1:1"},
+		NodeID:                             "n",
+		ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
+	})
+}
+
+// TestNewGRPCServer_BootstrapFromEnvironment checks that the bootstrap is
+// read from the environment when NewGRPCServer runs (not at init), from
+// GRPC_XDS_BOOTSTRAP_CONFIG before GRPC_XDS_BOOTSTRAP, and that the option
+// wins over both: the server subscribes to the Listener named by the
+// template of the bootstrap it should use.
+func TestNewGRPCServer_BootstrapFromEnvironment(t *testing.T) {
+	for _, src := range []string{"option", "GRPC_XDS_BOOTSTRAP_CONFIG", "GRPC_XDS_BOOTSTRAP"} {
+		t.Run(src, func(t *testing.T) {
+			ctx := testContext(t)
+			ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
+			good := e2e.Bootstrap(t, e2e.BootstrapOptions{
+				ServerURIs:                         []string{ms.Address},
+				NodeID:                             "node-" + src,
+				ServerListenerResourceNameTemplate: "from-" + src + "/%s",
+			})
+			// A bootstrap of lower precedence names another template.
+			other := e2e.Bootstrap(t, e2e.BootstrapOptions{
+				ServerURIs:                         []string{ms.Address},
+				NodeID:                             "node-other",
+				ServerListenerResourceNameTemplate: "wrong/%s",
+			})
+			file := filepath.Join(t.TempDir(), "bootstrap.json")
+			var opts []grpc.ServerOption
+			switch src {
+			case "option":
+				t.Setenv("GRPC_XDS_BOOTSTRAP_CONFIG", string(other))
+				t.Setenv("GRPC_XDS_BOOTSTRAP", "")
+				opts = append(opts, xds.BootstrapContents(good))
+			case "GRPC_XDS_BOOTSTRAP_CONFIG":
+				if err := os.WriteFile(file, other, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				t.Setenv("GRPC_XDS_BOOTSTRAP_CONFIG", string(good))
+				t.Setenv("GRPC_XDS_BOOTSTRAP", file)
+			case "GRPC_XDS_BOOTSTRAP":
+				if err := os.WriteFile(file, good, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				t.Setenv("GRPC_XDS_BOOTSTRAP_CONFIG", "")
+				t.Setenv("GRPC_XDS_BOOTSTRAP", file)
+			}
+			s, err := xds.NewGRPCServer(opts...)
+			if err != nil {
+				t.Fatalf("NewGRPCServer: %v", err)
+			}
+			lis, _ := listen(t, "127.0.0.1")
+			defer lis.Close()
+			done := make(chan error, 1)
+			go func() { done <- s.Serve(lis) }()
+			defer func() {
+				s.Stop()
+				if err := <-done; err != nil {
+					t.Errorf("Serve returned %v after Stop, want nil", err)
+				}
+			}()
+			want := "from-" + src + "/" + lis.Addr().String()
+			if _, err := ms.WaitForRequest(ctx, e2e.IsSubscription(resourcev3.ListenerType, want)); err != nil {
+				t.Fatalf("waiting for a subscription to Listener %q: %v", want, err)
+			}
+		})
+	}
+}
+
+// TestServe_RequiresTCPListener checks that Serve refuses a listener that is
+// not TCP (the Listener name needs ip:port).
+func TestServe_RequiresTCPListener(t *testing.T) {
+	t.Parallel()
+	env := newTestEnv(t)
+	s := env.newServer(t)
+	lis, err := net.Listen("unix", filepath.Join(t.TempDir(), "s"))
+	if err != nil {
+		t.Fatalf("net.Listen(unix): %v", err)
+	}
+	defer lis.Close()
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(lis) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Serve(unix listener) returned nil, want an error")
+		}
+	case <-time.After(defaultTestTimeout):
+		t.Fatal("Serve(unix listener) did not return")
+	}
+}
+
+// TestServe_StopAndServeAfterStop checks Serve's results: nil once Stop (or
+// GracefulStop) ends it, grpc.ErrServerStopped when called after Stop.
+func TestServe_StopAndServeAfterStop(t *testing.T) {
+	t.Parallel()
+	for _, stop := range []string{"Stop", "GracefulStop"} {
+		t.Run(stop, func(t *testing.T) {
+			env := newTestEnv(t)
+			s := env.newServer(t)
+			lis, _ := listen(t, "127.0.0.1")
+			s.serveOn(lis)
+			time.Sleep(50 * time.Millisecond) // let Serve start; Stop must work at any point
+			if stop == "Stop" {
+				s.Stop()
+			} else {
+				s.GracefulStop()
+			}
+			s.waitServeReturned(nil)
+
+			lis2, _ := listen(t, "127.0.0.1")
+			defer lis2.Close()
+			done := make(chan error, 1)
+			go func() { done <- s.Serve(lis2) }()
+			select {
+			case err := <-done:
+				if !errors.Is(err, grpc.ErrServerStopped) {
+					t.Fatalf("Serve after %s returned %v, want grpc.ErrServerStopped", stop, err)
+				}
+			case <-time.After(defaultTestTimeout):
+				t.Fatalf("Serve after %s did not return", stop)
+			}
+		})
+	}
+}
+
+// TestServe_ListenerName checks the name of the Listener a server watches:
+// the template with %s replaced by the bound ip:port (port 0 works: the
+// bound port is used; IPv6 in brackets).
+func TestServe_ListenerName(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc string
+		ip   string
+	}{
+		{desc: "IPv4 loopback, port 0", ip: "127.0.0.1"},
+		{desc: "IPv4 alias", ip: "127.0.0.5"},
+		{desc: "IPv6 loopback, port 0", ip: "::1"},
+	}
+	for _, test := range tests {
+		t.Run(test.desc, func(t *testing.T) {
+			ctx := testContext(t)
+			env := newTestEnv(t)
+			s := env.newServer(t)
+			lis, err := net.Listen("tcp", net.JoinHostPort(test.ip, "0"))
+			if err != nil {
+				t.Skipf("cannot listen on %s: %v", test.ip, err)
+			}
+			s.serveOn(lis)
+			host, port := hostPort(lis.Addr())
+			if port == 0 {
+				t.Fatal("bound port is 0")
+			}
+			want := e2e.ServerListenerName(host, port)
+			if _, err := env.ms.WaitForRequest(ctx, e2e.IsSubscription(resourcev3.ListenerType, want)); err != nil {
+				t.Fatalf("waiting for a subscription to Listener %q: %v", want, err)
+			}
+			// And that Listener makes it serve.
+			env.update(ctx, t, []*listenerpb.Listener{simpleListener(lis.Addr())}, nil)
+			s.modes.wait(ctx, t, lis.Addr(), connectivity.ServingModeServing)
+			c := newClient(t, lis.Addr(), test.ip, 0)
+			if got := c.emptyCall(ctx); got != codes.OK {
+				t.Fatalf("EmptyCall: %v, want OK", got)
+			}
+		})
+	}
+}
+
+// TestServe_XdstpListenerName checks that an xdstp:// template (gRFC A47)
+// gets the address percent-encoded and is watched at the authority's server.
+func TestServe_XdstpListenerName(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
+	bs := e2e.Bootstrap(t, e2e.BootstrapOptions{
+		ServerURIs:                         []string{"127.0.0.1:1"}, // top-level server unused
+		NodeID:                             "node-xdstp",
+		ServerListenerResourceNameTemplate: "xdstp://auth.example/envoy.config.listener.v3.Listener/grpc/server/%s",
+		Authorities:                        map[string]e2e.AuthorityOptions{"auth.example": {ServerURIs: []string{ms.Address}}},
+	})
+	s, err := xds.NewGRPCServer(xds.BootstrapContents(bs))
+	if err != nil {
+		t.Fatalf("NewGRPCServer: %v", err)
+	}
+	lis, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	defer lis.Close()
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(lis) }()
+	defer func() {
+		s.Stop()
+		<-done
+	}()
+	_, port := hostPort(lis.Addr())
+	want := "xdstp://auth.example/envoy.config.listener.v3.Listener/grpc/server/%5B::1%5D:" + strconv.FormatUint(uint64(port), 10)
+	if _, err := ms.WaitForRequest(ctx, e2e.IsSubscription(resourcev3.ListenerType, want)); err != nil {
+		t.Fatalf("waiting for a subscription to %q: %v (got %v)", want, err, listenerSubscriptions(ms))
+	}
+}
+
+func listenerSubscriptions(ms *e2e.ManagementServer) [][]string {
+	var out [][]string
+	for _, r := range ms.Requests() {
+		if r.GetTypeUrl() == resourcev3.ListenerType {
+			out = append(out, r.GetResourceNames())
+		}
+	}
+	return out
+}
+
+// TestServingModes walks one listener through its serving modes: not
+// serving before the first Listener (connections closed without a byte),
+// Serving with it, NotServing when it is deleted (in-flight RPCs finish,
+// new connections closed), Serving again when it is back.
+func TestServingModes(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	s := env.newServer(t)
+	lis, _ := listen(t, "127.0.0.1")
+	s.serveOn(lis)
+	addr := lis.Addr()
+
+	// Starting: subscribed but no Listener yet.
+	if _, err := env.ms.WaitForRequest(ctx, e2e.IsSubscription(resourcev3.ListenerType, e2e.ServerListenerName(hostPort(addr)))); err != nil {
+		t.Fatalf("waiting for the Listener subscription: %v", err)
+	}
+	expectClosedNoBytes(t, addr, "127.0.0.1")
+	s.modes.expectNone(t, addr, defaultTestShortTimeout)
+
+	env.update(ctx, t, []*listenerpb.Listener{simpleListener(addr)}, nil)
+	s.modes.wait(ctx, t, addr, connectivity.ServingModeServing)
+	c := newClient(t, addr, "127.0.0.1", 0)
+	if got := c.emptyCall(ctx); got != codes.OK {
+		t.Fatalf("EmptyCall while serving: %v, want OK", got)
+	}
+	st := c.startStream(ctx, t)
+
+	// Deleted.
+	env.update(ctx, t, nil, nil)
+	args := s.modes.wait(ctx, t, addr, connectivity.ServingModeNotServing)
+	if !errors.Is(args.Err, xdsclient.ErrResourceDoesNotExist) {
+		t.Errorf("NotServing error %v, want one matching xdsclient.ErrResourceDoesNotExist", args.Err)
+	}
+	expectClosedNoBytes(t, addr, "127.0.0.1")
+	// The RPC started before the deletion finishes normally.
+	st.pingPong(t)
+	st.finish(t)
+	// A new client cannot connect.
+	c2 := newClient(t, addr, "127.0.0.1", 0)
+	sctx, cancel := context.WithTimeout(ctx, defaultTestShortTimeout)
+	if got := c2.emptyCall(sctx); got == codes.OK {
+		t.Errorf("EmptyCall on a new connection while not serving succeeded")
+	}
+	cancel()
+	s.modes.expectNone(t, addr, defaultTestShortTimeout)
+
+	// Back.
+	env.update(ctx, t, []*listenerpb.Listener{simpleListener(addr)}, nil)
+	s.modes.wait(ctx, t, addr, connectivity.ServingModeServing)
+	waitForCode(ctx, t, "EmptyCall after the Listener is back", codes.OK, func(ctx context.Context) codes.Code { return c2.emptyCall(ctx) })
+	waitForCode(ctx, t, "EmptyCall on the first client after the Listener is back", codes.OK, func(ctx context.Context) codes.Code { return c.emptyCall(ctx) })
+	s.modes.expectNone(t, addr, defaultTestShortTimeout)
+}
+
+// TestServingModes_AddressMismatch checks that a Listener whose address is
+// not the listening address makes the listener not serving, from the start
+// and after serving, and that fixing it makes it serve.
+func TestServingModes_AddressMismatch(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	s := env.newServer(t)
+	lis, port := listen(t, "127.0.0.1")
+	s.serveOn(lis)
+	addr := lis.Addr()
+	wrongPort := &net.TCPAddr{IP: addr.(*net.TCPAddr).IP, Port: int(port) + 1}
+	wrongIP := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2), Port: int(port)}
+
+	env.update(ctx, t, []*listenerpb.Listener{listenerAt(addr, wrongPort, []chainSpec{{name: "A"}}, nil)}, nil)
+	s.modes.wait(ctx, t, addr, connectivity.ServingModeNotServing)
+	expectClosedNoBytes(t, addr, "127.0.0.1")
+
+	env.update(ctx, t, []*listenerpb.Listener{simpleListener(addr)}, nil)
+	s.modes.wait(ctx, t, addr, connectivity.ServingModeServing)
+	c := newClient(t, addr, "127.0.0.1", 0)
+	if got := c.emptyCall(ctx); got != codes.OK {
+		t.Fatalf("EmptyCall while serving: %v, want OK", got)
+	}
+
+	env.update(ctx, t, []*listenerpb.Listener{listenerAt(addr, wrongIP, []chainSpec{{name: "A"}}, nil)}, nil)
+	s.modes.wait(ctx, t, addr, connectivity.ServingModeNotServing)
+	expectClosedNoBytes(t, addr, "127.0.0.1")
+	s.modes.expectNone(t, addr, defaultTestShortTimeout)
+}
+
+// TestServingModes_DoesNotExist checks that a Listener the management
+// server never sends makes the listener not serving when the
+// does-not-exist timer fires, with an error saying so.
+func TestServingModes_DoesNotExist(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	pool := xdsclient.NewPool(xdsclient.Options{WatchExpiryTimeout: 500 * time.Millisecond})
+	s := env.newServer(t, xds.ClientPool(pool))
+	lis, _ := listen(t, "127.0.0.1")
+	s.serveOn(lis)
+	args := s.modes.wait(ctx, t, lis.Addr(), connectivity.ServingModeNotServing)
+	if !errors.Is(args.Err, xdsclient.ErrResourceDoesNotExist) {
+		t.Errorf("NotServing error %v, want one matching xdsclient.ErrResourceDoesNotExist", args.Err)
+	}
+	expectClosedNoBytes(t, lis.Addr(), "127.0.0.1")
+
+	// A late Listener still makes it serve.
+	env.update(ctx, t, []*listenerpb.Listener{simpleListener(lis.Addr())}, nil)
+	s.modes.wait(ctx, t, lis.Addr(), connectivity.ServingModeServing)
+	c := newClient(t, lis.Addr(), "127.0.0.1", 0)
+	if got := c.emptyCall(ctx); got != codes.OK {
+		t.Fatalf("EmptyCall: %v, want OK", got)
+	}
+}
+
+// TestServe_SeveralListenersIndependent checks that listeners of one server
+// have their own Listener resources and serving modes.
+func TestServe_SeveralListenersIndependent(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	s := env.newServer(t)
+	lis1, _ := listen(t, "127.0.0.1")
+	lis2, _ := listen(t, "127.0.0.1")
+	s.serveOn(lis1)
+	s.serveOn(lis2)
+	a1, a2 := lis1.Addr(), lis2.Addr()
+
+	env.update(ctx, t, []*listenerpb.Listener{simpleListener(a1)}, nil)
+	s.modes.wait(ctx, t, a1, connectivity.ServingModeServing)
+	c1 := newClient(t, a1, "127.0.0.1", 0)
+	if got := c1.emptyCall(ctx); got != codes.OK {
+		t.Fatalf("EmptyCall on listener 1: %v, want OK", got)
+	}
+	expectClosedNoBytes(t, a2, "127.0.0.1")
+	s.modes.expectNone(t, a2, defaultTestShortTimeout)
+
+	// Swap: listener 1 loses its Listener, listener 2 gets one.
+	env.update(ctx, t, []*listenerpb.Listener{simpleListener(a2)}, nil)
+	s.modes.wait(ctx, t, a1, connectivity.ServingModeNotServing)
+	s.modes.wait(ctx, t, a2, connectivity.ServingModeServing)
+	expectClosedNoBytes(t, a1, "127.0.0.1")
+	c2 := newClient(t, a2, "127.0.0.1", 0)
+	if got := c2.emptyCall(ctx); got != codes.OK {
+		t.Fatalf("EmptyCall on listener 2: %v, want OK", got)
+	}
+
+	// Both.
+	env.update(ctx, t, []*listenerpb.Listener{simpleListener(a1), simpleListener(a2)}, nil)
+	s.modes.wait(ctx, t, a1, connectivity.ServingModeServing)
+	s.modes.expectNone(t, a2, defaultTestShortTimeout)
+	waitForCode(ctx, t, "EmptyCall on listener 1", codes.OK, func(ctx context.Context) codes.Code { return c1.emptyCall(ctx) })
+}
+
+// TestGracefulStop_WaitsForRPCs checks that GracefulStop lets an in-flight
+// stream finish and only then returns, and that Serve then returns nil.
+func TestGracefulStop_WaitsForRPCs(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	s := env.newServer(t)
+	lis, _ := listen(t, "127.0.0.1")
+	s.serveOn(lis)
+	env.update(ctx, t, []*listenerpb.Listener{simpleListener(lis.Addr())}, nil)
+	s.modes.wait(ctx, t, lis.Addr(), connectivity.ServingModeServing)
+	c := newClient(t, lis.Addr(), "127.0.0.1", 0)
+	st := c.startStream(ctx, t)
+
+	stopped := make(chan struct{})
+	go func() {
+		s.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+		t.Fatal("GracefulStop returned while a stream was in flight")
+	case <-time.After(defaultTestShortTimeout):
+	}
+	st.pingPong(t)
+	st.finish(t)
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		t.Fatal("GracefulStop did not return after the last stream ended")
+	}
+	s.waitServeReturned(nil)
+}
+
+// TestStop_ClosesConnections checks that Stop ends in-flight RPCs and
+// returns at once.
+func TestStop_ClosesConnections(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	s := env.newServer(t)
+	lis, _ := listen(t, "127.0.0.1")
+	s.serveOn(lis)
+	env.update(ctx, t, []*listenerpb.Listener{simpleListener(lis.Addr())}, nil)
+	s.modes.wait(ctx, t, lis.Addr(), connectivity.ServingModeServing)
+	c := newClient(t, lis.Addr(), "127.0.0.1", 0)
+	st := c.startStream(ctx, t)
+	s.Stop()
+	s.waitServeReturned(nil)
+	if _, err := st.Recv(); err == nil {
+		t.Fatal("stream Recv after Stop succeeded, want an error")
+	}
+}
