@@ -330,6 +330,9 @@ func (c *testClient) unaryCall(ctx context.Context, opts ...grpc.CallOption) cod
 	return status.Code(err)
 }
 
+func (c *testClient) emptyCallNoOpts(ctx context.Context) codes.Code { return c.emptyCall(ctx) }
+func (c *testClient) unaryCallNoOpts(ctx context.Context) codes.Code { return c.unaryCall(ctx) }
+
 // chainOf returns which of the chains (by name) serves c's connection: the
 // one whose probe RPC (EmptyCall with "x-chain: <name>") succeeds; "" if
 // every probe fails with UNAVAILABLE. Other codes fail the test.
