@@ -38,7 +38,8 @@ type ServingModeChangeArgs struct {
 // of that listener and never while the server holds a lock; calls for
 // different listeners may run concurrently. f may block, but while it does
 // that listener applies no configuration update (connections and RPCs are
-// not affected).
+// not affected). f must not call Stop or GracefulStop of the server and wait
+// for it, since they wait for f to return; call them from another goroutine.
 //
 // Without this option each transition is logged at warning level.
 func ServingModeCallback(f func(addr net.Addr, args ServingModeChangeArgs)) grpc.ServerOption {
