@@ -43,10 +43,36 @@ type chainServer struct {
 	shards []*shard
 
 	mu       sync.Mutex
-	draining bool               // guarded by mu; no connection is added once set
-	next     int                // guarded by mu; round-robin position
-	conns    map[*conn]struct{} // guarded by mu; live connections
-	running  int                // guarded by mu; shards whose drain has not finished
+	draining bool                      // guarded by mu; no connection is added once set
+	next     int                       // guarded by mu; round-robin position
+	conns    map[*trackedConn]struct{} // guarded by mu; live connections
+	running  int                       // guarded by mu; shards whose drain has not finished
+	// unstarted counts the connections that gRPC has not yet started
+	// serving (see trackedConn); guarded by mu. When a drain starts with
+	// some, startedAll is made, and closed by the last of them.
+	unstarted  int
+	startedAll chan struct{}
+}
+
+// trackedConn is the connection handed to a shard's grpc.Server. It tells
+// its chainServer when gRPC has started serving it: grpc.Server closes,
+// without a byte written, a connection it accepted but whose serving
+// goroutine had not started when GracefulStop was called, so a drain waits
+// for that point before stopping a shard. grpc-go (1.85) sets the
+// connection's deadline (for the handshake) right after that check, which
+// is the signal used; closing the connection counts as well. The embedded
+// *conn keeps its methods (FilterChain, ReadOnReady, ...) visible to gRPC and
+// to credentials.
+type trackedConn struct {
+	*conn
+	cs      *chainServer // immutable
+	started bool         // guarded by cs.mu
+}
+
+// SetDeadline marks the connection started and sets the deadline.
+func (c *trackedConn) SetDeadline(t time.Time) error {
+	c.cs.markStarted(c, false)
+	return c.conn.SetDeadline(t)
 }
 
 // shard is one grpc.Server of a chainServer.
@@ -64,7 +90,7 @@ func newChainServer(lw *listenerWrapper, fc *filterchain.FilterChain, routes rou
 		chain:  fc,
 		routes: routes,
 		shards: make([]*shard, lw.opts.shardCount()),
-		conns:  make(map[*conn]struct{}),
+		conns:  make(map[*trackedConn]struct{}),
 	}
 	for i := range cs.shards {
 		cs.shards[i] = &shard{}
@@ -86,14 +112,15 @@ func (cs *chainServer) serve(c net.Conn, src, dst netip.AddrPort) bool {
 	if sh.srv == nil {
 		cs.startShardLocked(sh)
 	}
-	var wc *conn
-	wc = newConn(c, cs.chain, src, dst, func() { cs.removeConn(wc) })
-	if err := sh.lis.push(wc); err != nil {
+	tc := &trackedConn{cs: cs}
+	tc.conn = newConn(c, cs.chain, src, dst, func() { cs.markStarted(tc, true) })
+	if err := sh.lis.push(tc); err != nil {
 		// Cannot happen: a shard's listener is closed only after draining
 		// is set. Leave c to the caller, which looks again.
 		return false
 	}
-	cs.conns[wc] = struct{}{}
+	cs.conns[tc] = struct{}{}
+	cs.unstarted++
 	return true
 }
 
@@ -119,12 +146,23 @@ func (cs *chainServer) startShardLocked(sh *shard) {
 	}()
 }
 
-// removeConn forgets a closed connection. Called by the conn's first Close,
-// never with cs.mu held.
-func (cs *chainServer) removeConn(c *conn) {
+// markStarted records that gRPC started serving c, or, if closed, that c
+// is gone. Never called with cs.mu held (conns are not closed under it).
+func (cs *chainServer) markStarted(c *trackedConn, closed bool) {
 	cs.mu.Lock()
-	delete(cs.conns, c)
-	cs.mu.Unlock()
+	defer cs.mu.Unlock()
+	if closed {
+		delete(cs.conns, c)
+	}
+	if c.started {
+		return
+	}
+	c.started = true
+	cs.unstarted--
+	if cs.unstarted == 0 && cs.startedAll != nil {
+		close(cs.startedAll)
+		cs.startedAll = nil
+	}
 }
 
 // connsStayOn reports whether t routes every live connection of cs to a
@@ -158,6 +196,12 @@ func (cs *chainServer) drain() {
 		return
 	}
 	cs.draining = true
+	startedAll := make(chan struct{})
+	if cs.unstarted > 0 {
+		cs.startedAll = startedAll
+	} else {
+		close(startedAll)
+	}
 	var started []*shard
 	for _, sh := range cs.shards {
 		if sh.srv != nil {
@@ -178,7 +222,7 @@ func (cs *chainServer) drain() {
 		lw.wg.Add(1)
 		go func() {
 			defer lw.wg.Done()
-			cs.drainShard(sh, delay, deadline)
+			cs.drainShard(sh, delay, deadline, startedAll)
 			cs.shardStopped()
 		}()
 	}
@@ -186,9 +230,18 @@ func (cs *chainServer) drain() {
 
 // drainShard waits for delay, sends GOAWAY and waits for sh's RPCs to end,
 // stopping sh when the drain grace time (if deadline) runs out or Stop is
-// called.
-func (cs *chainServer) drainShard(sh *shard, delay time.Duration, deadline bool) {
+// called. Before the GOAWAY it waits (briefly) for startedAll, so that no
+// connection handed to gRPC is closed unserved.
+func (cs *chainServer) drainShard(sh *shard, delay time.Duration, deadline bool, startedAll <-chan struct{}) {
 	lw := cs.lw
+	wait := time.NewTimer(maxStartWait)
+	select {
+	case <-startedAll:
+	case <-wait.C:
+		lw.log.Warningf("filter chain %q: gRPC did not start serving every new connection within %v; draining anyway", cs.chain.Name, maxStartWait)
+	case <-lw.hardStop.Done():
+	}
+	wait.Stop()
 	if delay > 0 {
 		t := time.NewTimer(delay)
 		select {
@@ -225,6 +278,10 @@ func (cs *chainServer) drainShard(sh *shard, delay time.Duration, deadline bool)
 	sh.srv.Stop()
 	<-done
 }
+
+// maxStartWait bounds how long a drain waits for gRPC to start serving the
+// connections it was just handed.
+const maxStartWait = time.Second
 
 // shardStopped counts a stopped shard; the last one removes cs from the
 // listener.

@@ -176,7 +176,7 @@ func serverNamed(t *testing.T, cfg *activeConfig, name string) *chainServer {
 	return nil
 }
 
-func (cs *chainServer) snapshot() (conns []*conn, draining bool) {
+func (cs *chainServer) snapshot() (conns []*trackedConn, draining bool) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	for c := range cs.conns {
