@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"sync"
 	"syscall"
 
@@ -140,6 +141,10 @@ func (c *conn) setUpReader() {
 	c.readerReady = true
 	switch uc := c.Conn.(type) {
 	case *net.TCPConn:
+		if runtime.GOOS == "windows" {
+			// syscall.Read is ReadFile there, not a non-blocking recv.
+			return
+		}
 		raw, err := uc.SyscallConn()
 		if err != nil {
 			return // blocking fallback; Read reports the problem
@@ -188,7 +193,7 @@ func (c *conn) readFd(fd uintptr) bool {
 	var n int
 	var err error
 	for {
-		n, err = syscall.Read(int(fd), *buf)
+		n, err = sysRead(syscall.Read, fd, *buf)
 		if err != syscall.EINTR {
 			break
 		}
@@ -203,6 +208,13 @@ func (c *conn) readFd(fd uintptr) bool {
 	}
 	rs.buf, rs.n = buf, n
 	return true
+}
+
+// sysRead calls read, which is syscall.Read, with fd converted to the
+// descriptor type read takes on this platform (int on Unix, syscall.Handle on
+// Windows), so that this file compiles everywhere without build tags.
+func sysRead[FD ~int | ~uintptr](read func(FD, []byte) (int, error), fd uintptr, p []byte) (int, error) {
+	return read(FD(fd), p)
 }
 
 // readError turns an errno from read(2) into the error a *net.TCPConn's Read
