@@ -115,8 +115,9 @@ func (c *conn) Close() error {
 //
 // On a *net.TCPConn the read is a non-blocking read(2) of the socket through
 // syscall.RawConn, which waits in Go's poller without a buffer; it does not
-// allocate. Other connections are read with a blocking Read into a pooled
-// buffer, unless they have a ReadOnReady method, which is then used.
+// allocate. Other connections, and all on Windows, are read with a blocking
+// Read into a pooled buffer, unless they have a ReadOnReady method, which is
+// then used.
 //
 // ReadOnReady must not be called concurrently with itself; Close and the
 // other methods may run concurrently with it.
