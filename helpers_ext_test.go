@@ -411,6 +411,13 @@ func (s *stream) pingPong(t *testing.T) {
 func (s *stream) roundTrip() error {
 	want := []byte("ping")
 	if err := s.Send(&testpb.StreamingOutputCallRequest{Payload: &testpb.Payload{Body: want}}); err != nil {
+		if errors.Is(err, io.EOF) {
+			// The stream is over; Recv says how it ended.
+			_, err = s.Recv()
+			if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
+		}
 		return fmt.Errorf("Send: %w", err)
 	}
 	resp, err := s.Recv()

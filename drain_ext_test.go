@@ -1,0 +1,510 @@
+package xds_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
+
+	"github.com/proxyless-grpc/xds"
+	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
+)
+
+type fcm = listenerpb.FilterChainMatch
+
+func srcMatch(prefixes ...string) *fcm {
+	m := &fcm{}
+	for _, p := range prefixes {
+		m.SourcePrefixRanges = append(m.SourcePrefixRanges, cidr(p))
+	}
+	return m
+}
+
+// TestDrain_InFlightStreamCompletes checks that a Listener update drains the
+// connections of a changed chain gracefully: a stream started before the
+// update keeps flowing and ends with OK after it, while new connections
+// (the listening socket stays open) and new RPCs of the drained client see
+// the new configuration; the serving mode does not change.
+func TestDrain_InFlightStreamCompletes(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	s, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
+		return testListener(a, []chainSpec{{name: "A"}}, nil)
+	}, nil)
+	c := newClient(t, addr, "127.0.0.1", 0)
+	if got := c.chainOf(ctx, t, "A", "B"); got != "A" {
+		t.Fatalf("chain %q, want A", got)
+	}
+	st := c.startStream(ctx, t)
+
+	env.update(ctx, t, []*listenerpb.Listener{testListener(addr, []chainSpec{{name: "B"}}, nil)}, nil)
+	c2 := newClient(t, addr, "127.0.0.1", 0)
+	c2.waitForChain(ctx, t, "B", "A", "B")
+
+	// The old stream still flows, and ends with OK.
+	for range 3 {
+		st.pingPong(t)
+	}
+	st.finish(t)
+	// The old client moves to the new configuration on a new connection.
+	c.waitForChain(ctx, t, "B", "A", "B")
+	if got := c.dials.Load(); got != 2 {
+		t.Errorf("old client dialed %d times, want 2 (drained once)", got)
+	}
+	s.modes.expectNone(t, addr, defaultTestShortTimeout)
+}
+
+// TestDrain_GraceTime checks that a drained connection is closed after the
+// drain grace time at the latest, failing a stream that outlives it, and
+// that until then the stream works.
+func TestDrain_GraceTime(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		desc  string
+		grace time.Duration
+	}{
+		{desc: "zero: closed at once", grace: 0},
+		{desc: "1s", grace: time.Second},
+	}
+	for _, test := range tests {
+		t.Run(test.desc, func(t *testing.T) {
+			t.Parallel()
+			ctx := testContext(t)
+			env := newTestEnv(t)
+			_, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
+				return testListener(a, []chainSpec{{name: "A"}}, nil)
+			}, nil, xds.DrainGraceTime(test.grace))
+			c := newClient(t, addr, "127.0.0.1", 0)
+			st := c.startStream(ctx, t)
+
+			start := time.Now()
+			env.update(ctx, t, []*listenerpb.Listener{testListener(addr, []chainSpec{{name: "B"}}, nil)}, nil)
+			errc := make(chan error, 1)
+			go func() {
+				for {
+					if err := st.roundTrip(); err != nil {
+						errc <- err
+						return
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}()
+			select {
+			case err := <-errc:
+				if errors.Is(err, io.EOF) || status.Code(err) == codes.OK {
+					t.Fatalf("stream ended with %v, want it failed by the closed connection", err)
+				}
+				elapsed := time.Since(start)
+				if max := test.grace + 3*time.Second; elapsed > max {
+					t.Errorf("stream failed %v after the update, want within %v", elapsed, max)
+				}
+				if elapsed < test.grace/2 {
+					t.Errorf("stream failed %v after the update, before half the grace time %v", elapsed, test.grace)
+				}
+			case <-time.After(test.grace + 5*time.Second):
+				t.Fatalf("stream still running %v after a drain with grace time %v", test.grace+5*time.Second, test.grace)
+			}
+			// The listening socket is still open.
+			c2 := newClient(t, addr, "127.0.0.1", 0)
+			c2.waitForChain(ctx, t, "B", "A", "B")
+		})
+	}
+}
+
+// TestDrain_OnlyChangedChains checks that a Listener update drains only the
+// connections whose chain changed; a connection whose chain is unchanged
+// keeps running on the same TCP connection.
+func TestDrain_OnlyChangedChains(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	chainA := chainSpec{name: "A", match: srcMatch("127.0.0.0/8")}
+	chainB := chainSpec{name: "B", match: srcMatch("127.0.0.2/32"), allowed: []string{methodEmpty, methodUnary, methodStream}}
+	chainB2 := chainSpec{name: "B", match: srcMatch("127.0.0.2/32"), allowed: []string{methodEmpty, methodStream}}
+	names := []string{"A", "B"}
+	s, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
+		return testListener(a, []chainSpec{chainA, chainB}, nil)
+	}, nil)
+
+	c1 := newClient(t, addr, "127.0.0.1", 0) // A
+	c2 := newClient(t, addr, "127.0.0.2", 0) // B, which changes
+	c3 := newClient(t, addr, "127.0.0.3", 0) // A
+	for _, tc := range []struct {
+		c    *testClient
+		want string
+	}{{c1, "A"}, {c2, "B"}, {c3, "A"}} {
+		if got := tc.c.chainOf(ctx, t, names...); got != tc.want {
+			t.Fatalf("initial chain %q, want %q", got, tc.want)
+		}
+	}
+	st1, st2, st3 := c1.startStream(ctx, t), c2.startStream(ctx, t), c3.startStream(ctx, t)
+
+	// Chain B changes (UnaryCall no longer allowed); A does not.
+	env.update(ctx, t, []*listenerpb.Listener{testListener(addr, []chainSpec{chainA, chainB2}, nil)}, nil)
+	probe := newClient(t, addr, "127.0.0.2", 0)
+	waitForCode(ctx, t, "UnaryCall on a new connection to the changed chain B", codes.Unavailable, probe.unaryCallNoOpts)
+	time.Sleep(defaultTestShortTimeout) // give a wrong drain time to happen
+	for _, st := range []*stream{st1, st2, st3} {
+		st.pingPong(t)
+	}
+	st2.finish(t) // drained, but the in-flight stream ends with OK
+	waitForCode(ctx, t, "UnaryCall of the client of the changed chain B", codes.Unavailable, c2.unaryCallNoOpts)
+	if got := c2.dials.Load(); got != 2 {
+		t.Errorf("client of the changed chain B dialed %d times, want 2 (drained once)", got)
+	}
+	for i, c := range []*testClient{c1, c3} {
+		if got := c.unaryCall(ctx); got != codes.OK {
+			t.Errorf("UnaryCall of client %d of the unchanged chain A: %v, want OK", i, got)
+		}
+		if got := c.dials.Load(); got != 1 {
+			t.Errorf("client %d of the unchanged chain A dialed %d times, want 1 (same connection)", i, got)
+		}
+	}
+	st1.finish(t)
+	st3.finish(t)
+
+	s.modes.expectNone(t, addr, defaultTestShortTimeout)
+}
+
+// TestDrain_RerouteDrainsOnlyReroutedConnections checks that a Listener
+// update that adds a chain, leaving the others unchanged, drains only the
+// connections the new table routes to the new chain: another connection of
+// the same unchanged chain keeps running on the same TCP connection.
+func TestDrain_RerouteDrainsOnlyReroutedConnections(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	chainA := chainSpec{name: "A", match: srcMatch("127.0.0.0/8")}
+	chainB := chainSpec{name: "B", match: srcMatch("127.0.0.2/32")}
+	chainC := chainSpec{name: "C", match: srcMatch("127.0.0.1/32")}
+	names := []string{"A", "B", "C"}
+	s, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
+		return testListener(a, []chainSpec{chainA, chainB}, nil)
+	}, nil)
+	c1 := newClient(t, addr, "127.0.0.1", 0) // A, then rerouted to C
+	c2 := newClient(t, addr, "127.0.0.2", 0) // B throughout
+	c3 := newClient(t, addr, "127.0.0.3", 0) // A throughout
+	for _, tc := range []struct {
+		c    *testClient
+		want string
+	}{{c1, "A"}, {c2, "B"}, {c3, "A"}} {
+		if got := tc.c.chainOf(ctx, t, names...); got != tc.want {
+			t.Fatalf("initial chain %q, want %q", got, tc.want)
+		}
+	}
+	st1, st3 := c1.startStream(ctx, t), c3.startStream(ctx, t)
+
+	env.update(ctx, t, []*listenerpb.Listener{testListener(addr, []chainSpec{chainA, chainB, chainC}, nil)}, nil)
+	probe := newClient(t, addr, "127.0.0.1", 0)
+	probe.waitForChain(ctx, t, "C", names...)
+	time.Sleep(defaultTestShortTimeout) // give a wrong drain time to happen
+	st1.pingPong(t)
+	st1.finish(t) // drained, but the in-flight stream ends with OK
+	c1.waitForChain(ctx, t, "C", names...)
+	if got := c1.dials.Load(); got != 2 {
+		t.Errorf("client rerouted to chain C dialed %d times, want 2", got)
+	}
+	st3.pingPong(t)
+	st3.finish(t)
+	for _, tc := range []struct {
+		c    *testClient
+		want string
+	}{{c2, "B"}, {c3, "A"}} {
+		if got := tc.c.chainOf(ctx, t, names...); got != tc.want {
+			t.Errorf("chain %q after the update, want %q", got, tc.want)
+		}
+		if got := tc.c.dials.Load(); got != 1 {
+			t.Errorf("client of the unchanged chain %s, still routed to it, dialed %d times, want 1 (same connection)", tc.want, got)
+		}
+	}
+	s.modes.expectNone(t, addr, defaultTestShortTimeout)
+}
+
+// TestDrain_NoChangeNoDrain checks updates that change nothing that matters
+// to a connection: the identical Listener re-sent, and the same chains in
+// another order. Neither drains a connection nor calls the serving-mode
+// callback.
+func TestDrain_NoChangeNoDrain(t *testing.T) {
+	t.Parallel()
+	chains := []chainSpec{
+		{name: "A", match: srcMatch("127.0.0.1/32")},
+		{name: "B", match: srcMatch("127.0.0.2/32")},
+	}
+	tests := []struct {
+		desc   string
+		update []chainSpec
+	}{
+		{desc: "identical Listener", update: chains},
+		{desc: "chains reordered", update: []chainSpec{chains[1], chains[0]}},
+	}
+	for _, test := range tests {
+		t.Run(test.desc, func(t *testing.T) {
+			t.Parallel()
+			ctx := testContext(t)
+			env := newTestEnv(t)
+			s, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
+				return testListener(a, chains, nil)
+			}, nil)
+			c := newClient(t, addr, "127.0.0.1", 0)
+			if got := c.chainOf(ctx, t, "A", "B"); got != "A" {
+				t.Fatalf("chain %q, want A", got)
+			}
+			st := c.startStream(ctx, t)
+			// Listener version "1" was the first; this is "2".
+			env.update(ctx, t, []*listenerpb.Listener{testListener(addr, test.update, nil)}, nil)
+			if _, err := env.ms.WaitForRequest(ctx, e2e.IsACK(resourcev3.ListenerType, "2")); err != nil {
+				t.Fatalf("waiting for the ACK of the update: %v", err)
+			}
+			s.modes.expectNone(t, addr, defaultTestShortTimeout)
+			st.pingPong(t)
+			st.finish(t)
+			if got := c.chainOf(ctx, t, "A", "B"); got != "A" {
+				t.Errorf("chain %q after the update, want A", got)
+			}
+			if got := c.dials.Load(); got != 1 {
+				t.Errorf("client dialed %d times, want 1 (no drain)", got)
+			}
+		})
+	}
+}
+
+// TestDrain_Jitter checks that DrainJitter spreads the GOAWAYs of one drain
+// over its window: the clients of a changed chain see their connections go
+// away at different times, all within the window (plus slack).
+func TestDrain_Jitter(t *testing.T) {
+	t.Parallel()
+	const (
+		jitter  = time.Second
+		clients = 16
+	)
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	_, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
+		return testListener(a, []chainSpec{{name: "A"}}, nil)
+	}, nil, xds.DrainJitter(jitter))
+	var cs []*testClient
+	for range clients {
+		c := newClient(t, addr, "127.0.0.1", 0)
+		if got := c.emptyCall(ctx); got != codes.OK {
+			t.Fatalf("EmptyCall: %v", got)
+		}
+		cs = append(cs, c)
+	}
+	start := time.Now()
+	env.update(ctx, t, []*listenerpb.Listener{testListener(addr, []chainSpec{{name: "B"}}, nil)}, nil)
+	times := make([]time.Duration, clients)
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !c.WaitForStateChange(ctx, connectivity.Ready) {
+				times[i] = -1
+				return
+			}
+			times[i] = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	lo, hi := times[0], times[0]
+	for _, d := range times {
+		if d < 0 {
+			t.Fatal("a connection was not drained")
+		}
+		lo, hi = min(lo, d), max(hi, d)
+	}
+	if hi > jitter+3*time.Second {
+		t.Errorf("last GOAWAY %v after the update, want within the jitter window %v (+3s)", hi, jitter)
+	}
+	if hi-lo < jitter/10 {
+		t.Errorf("GOAWAYs spread over %v (from %v to %v), want them spread over the %v window", hi-lo, lo, hi, jitter)
+	}
+}
+
+// TestManagementServerOutage checks that losing and regaining the
+// management server changes nothing: same serving mode, same connections,
+// RPCs keep working (gRFC A36: communication failures do not impact the
+// configuration).
+func TestManagementServerOutage(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	s, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
+		return testListener(a, []chainSpec{{name: "A", rds: "rds-A"}}, nil)
+	}, []*routepb.RouteConfiguration{routeConfig("rds-A", chainRoutes("A"))})
+	c := newClient(t, addr, "127.0.0.1", 0)
+	if got := c.emptyCall(ctx); got != codes.OK {
+		t.Fatalf("EmptyCall: %v", got)
+	}
+	st := c.startStream(ctx, t)
+
+	env.ms.Stop()
+	s.modes.expectNone(t, addr, 2*defaultTestShortTimeout)
+	if got := c.emptyCall(ctx); got != codes.OK {
+		t.Errorf("EmptyCall during the outage: %v, want OK", got)
+	}
+	st.pingPong(t)
+	c2 := newClient(t, addr, "127.0.0.1", 0)
+	if got := c2.emptyCall(ctx); got != codes.OK {
+		t.Errorf("EmptyCall of a new client during the outage: %v, want OK", got)
+	}
+
+	seen := len(env.ms.Requests())
+	env.ms.Restart(t)
+	// The server re-subscribes and ACKs the same resources again.
+	afterRestart := func(pred func(*discoverypb.DiscoveryRequest) bool) func(*discoverypb.DiscoveryRequest) bool {
+		skip := seen
+		return func(r *discoverypb.DiscoveryRequest) bool {
+			if skip > 0 {
+				skip--
+				return false
+			}
+			return pred(r)
+		}
+	}
+	if _, err := env.ms.WaitForRequest(ctx, afterRestart(e2e.IsACK(resourcev3.ListenerType, "1"))); err != nil {
+		t.Fatalf("waiting for a Listener ACK after the restart: %v", err)
+	}
+	if _, err := env.ms.WaitForRequest(ctx, afterRestart(e2e.IsACK(resourcev3.RouteType, "1"))); err != nil {
+		t.Fatalf("waiting for a RouteConfiguration ACK after the restart: %v", err)
+	}
+	s.modes.expectNone(t, addr, defaultTestShortTimeout)
+	st.pingPong(t)
+	st.finish(t)
+	if got := c.emptyCall(ctx); got != codes.OK {
+		t.Errorf("EmptyCall after the restart: %v, want OK", got)
+	}
+	if got := c.dials.Load(); got != 1 {
+		t.Errorf("client dialed %d times, want 1 (an outage must not drain connections)", got)
+	}
+}
+
+// TestDrain_RapidUpdatesUnderLoad pushes 200 Listener updates, alternating
+// between two configurations that both allow every RPC, while several
+// clients run unary and streaming RPCs. No RPC may fail. The RPCs do not use
+// WaitForReady: a graceful drain (two-phase GOAWAY, in-flight RPCs finish,
+// the listening socket stays open) never fails an RPC, because gRPC queues
+// new RPCs while the channel reconnects and transparently retries the ones
+// the GOAWAY refused before the server saw them. Goroutine leaks (of
+// drained generations, grpc.Servers, watches) are caught by the package's
+// TestMain.
+func TestDrain_RapidUpdatesUnderLoad(t *testing.T) {
+	t.Parallel()
+	const (
+		updates = 200
+		clients = 4
+	)
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	listeners := func(a net.Addr) [2]*listenerpb.Listener {
+		return [2]*listenerpb.Listener{
+			testListener(a, []chainSpec{{name: "A", routes: routeConfig("x", chainRoutes("A"))}}, nil),
+			testListener(a, []chainSpec{{name: "A", routes: routeConfig("y", chainRoutes("A"))}}, &chainSpec{name: "D"}),
+		}
+	}
+	_, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener { return listeners(a)[0] }, nil)
+	ls := listeners(addr)
+
+	var (
+		ok, failed atomic.Int64
+		errMu      sync.Mutex
+		errs       []error
+	)
+	fail := func(err error) {
+		failed.Add(1)
+		errMu.Lock()
+		if len(errs) < 10 {
+			errs = append(errs, err)
+		}
+		errMu.Unlock()
+	}
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for i := range clients {
+		c := newClient(t, addr, fmt.Sprintf("127.0.0.%d", i+1), 0)
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for loadCtx.Err() == nil {
+					rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+					_, err := c.UnaryCall(rctx, &testpb.SimpleRequest{Payload: &testpb.Payload{Body: []byte("x")}})
+					cancel()
+					if err != nil {
+						fail(fmt.Errorf("UnaryCall: %w", err))
+					} else {
+						ok.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for loadCtx.Err() == nil {
+				if err := streamOnce(ctx, c, 5); err != nil {
+					fail(fmt.Errorf("FullDuplexCall: %w", err))
+				} else {
+					ok.Add(1)
+				}
+			}
+		}()
+	}
+
+	for i := range updates {
+		env.update(ctx, t, []*listenerpb.Listener{ls[(i+1)%2]}, nil)
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Let the last update land, with load running.
+	if _, err := env.ms.WaitForRequest(ctx, e2e.IsACK(resourcev3.ListenerType, fmt.Sprint(updates+1))); err != nil {
+		t.Errorf("waiting for the ACK of the last update: %v", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	stopLoad()
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Errorf("%d of %d RPCs failed during %d Listener updates; first errors: %v", n, n+ok.Load(), updates, errs)
+	}
+	if ok.Load() < 100 {
+		t.Errorf("only %d RPCs succeeded: the load did not run", ok.Load())
+	}
+	t.Logf("%d RPCs during %d updates", ok.Load(), updates)
+}
+
+// streamOnce runs one FullDuplexCall of n round trips.
+func streamOnce(ctx context.Context, c *testClient, n int) error {
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := c.FullDuplexCall(sctx)
+	if err != nil {
+		return err
+	}
+	st := &stream{TestService_FullDuplexCallClient: s}
+	for range n {
+		if err := st.roundTrip(); err != nil {
+			return err
+		}
+	}
+	if err := st.CloseSend(); err != nil {
+		return err
+	}
+	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("end of stream: %v, want io.EOF", err)
+	}
+	return nil
+}
