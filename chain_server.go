@@ -1,10 +1,13 @@
 package xds
 
 import (
+	"context"
+	"errors"
 	"math/rand/v2"
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -30,58 +33,53 @@ func (r routeSource) load() *routeTable {
 
 // chainServer serves the connections of one filter chain for as long as the
 // chain is part of the listener's active configuration (one chainServer may
-// outlive several Listener updates that leave its chain unchanged). Its
-// connections are spread round-robin over shards, each a grpc.Server that is
-// created on its first connection and serves an in-memory listener; a drain
-// gracefully stops the shards, one at a random offset in the jitter window
-// each, without touching the real listening socket.
+// outlive several Listener updates that leave its chain unchanged).
+//
+// Each connection is served by a grpc.Server of its own, built from the
+// user's options, the chain's tap handle and the registered services: a
+// grpc.Server can only be drained as a whole through gRPC's public API, and
+// gRFC A36 as extended here drains exactly the connections whose chain
+// changed or which the new Listener would route elsewhere. A drain gracefully
+// stops a connection's server, never the listening socket.
 type chainServer struct {
 	// Immutable after newChainServer.
-	lw     *listenerWrapper // owner: counts the goroutines, stops them
-	chain  *filterchain.FilterChain
-	routes routeSource
-	shards []*shard
+	lw       *listenerWrapper // owner: counts the goroutines, stops them
+	chain    *filterchain.FilterChain
+	routes   routeSource
+	grpcOpts []grpc.ServerOption // the user's options and the chain's tap handle
 
-	mu       sync.Mutex
-	draining bool                      // guarded by mu; no connection is added once set
-	next     int                       // guarded by mu; round-robin position
-	conns    map[*trackedConn]struct{} // guarded by mu; live connections
-	running  int                       // guarded by mu; shards whose drain has not finished
-	// unstarted counts the connections that gRPC has not yet started
-	// serving (see trackedConn); guarded by mu. When a drain starts with
-	// some, startedAll is made, and closed by the last of them.
-	unstarted  int
-	startedAll chan struct{}
+	mu sync.Mutex
+	// retired is set when the chain left the active configuration: no
+	// connection is added, and the chainServer is forgotten once its last
+	// connection is gone. Guarded by mu.
+	retired bool
+	// conns are the connections not yet closed, draining or not. Guarded by
+	// mu.
+	conns map[*trackedConn]struct{}
 }
 
-// trackedConn is the connection handed to a shard's grpc.Server. It tells
-// its chainServer when gRPC has started serving it: grpc.Server closes,
-// without a byte written, a connection it accepted but whose serving
+// trackedConn is one connection of a chainServer and the grpc.Server that
+// serves it. It also tells when gRPC has started serving it: grpc.Server
+// closes, without a byte written, a connection it accepted but whose serving
 // goroutine had not started when GracefulStop was called, so a drain waits
-// for that point before stopping a shard. grpc-go (1.85) sets the
-// connection's deadline (for the handshake) right after that check, which
-// is the signal used; closing the connection counts as well. The embedded
-// *conn keeps its methods (FilterChain, ReadOnReady, ...) visible to gRPC and
-// to credentials.
+// for that point. grpc-go (1.85) sets the connection's deadline (for the
+// handshake) right after that check, which is the signal used; closing the
+// connection counts as well. The embedded *conn keeps its methods
+// (FilterChain, ReadOnReady, ...) visible to gRPC and to credentials.
 type trackedConn struct {
 	*conn
-	cs      *chainServer // immutable
-	started bool         // guarded by cs.mu
+	cs      *chainServer  // immutable
+	srv     *grpc.Server  // immutable
+	started chan struct{} // closed once gRPC serves the conn, or it closed
+	// startOnce closes started.
+	startOnce sync.Once
+	draining  bool // guarded by cs.mu
 }
 
 // SetDeadline marks the connection started and sets the deadline.
 func (c *trackedConn) SetDeadline(t time.Time) error {
-	c.cs.markStarted(c, false)
+	c.startOnce.Do(func() { close(c.started) })
 	return c.conn.SetDeadline(t)
-}
-
-// shard is one grpc.Server of a chainServer.
-type shard struct {
-	// srv and lis are set once, under chainServer.mu, by the first
-	// connection of the shard; they are read without the lock only after
-	// draining is set, when they no longer change.
-	srv *grpc.Server
-	lis *memListener
 }
 
 func newChainServer(lw *listenerWrapper, fc *filterchain.FilterChain, routes routeSource) *chainServer {
@@ -89,132 +87,115 @@ func newChainServer(lw *listenerWrapper, fc *filterchain.FilterChain, routes rou
 		lw:     lw,
 		chain:  fc,
 		routes: routes,
-		shards: make([]*shard, lw.opts.shardCount()),
 		conns:  make(map[*trackedConn]struct{}),
 	}
-	for i := range cs.shards {
-		cs.shards[i] = &shard{}
-	}
+	cs.grpcOpts = make([]grpc.ServerOption, 0, len(lw.opts.grpcOpts)+1)
+	cs.grpcOpts = append(cs.grpcOpts, lw.opts.grpcOpts...)
+	cs.grpcOpts = append(cs.grpcOpts, grpc.InTapHandle(cs.tap))
 	return cs
 }
 
-// serve hands c to a shard. It reports false, without taking c, when the
-// chainServer is draining. Called with lw.connMu held; it never closes a
-// connection.
-func (cs *chainServer) serve(c net.Conn, src, dst netip.AddrPort) bool {
+// add creates the connection's server and records it. It returns nil,
+// without taking c, when the chainServer is retired. Called with lw.connMu
+// held; it never closes a connection.
+func (cs *chainServer) add(c net.Conn, src, dst netip.AddrPort) *trackedConn {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if cs.draining {
-		return false
+	if cs.retired {
+		return nil
 	}
-	sh := cs.shards[cs.next%len(cs.shards)]
-	cs.next++
-	if sh.srv == nil {
-		cs.startShardLocked(sh)
+	srv := grpc.NewServer(cs.grpcOpts...)
+	for _, r := range cs.lw.services {
+		srv.RegisterService(r.desc, r.impl)
 	}
-	tc := &trackedConn{cs: cs}
-	tc.conn = newConn(c, cs.chain, src, dst, func() { cs.markStarted(tc, true) })
-	if err := sh.lis.push(tc); err != nil {
-		// Cannot happen: a shard's listener is closed only after draining
-		// is set. Leave c to the caller, which looks again.
-		return false
-	}
+	tc := &trackedConn{cs: cs, srv: srv, started: make(chan struct{})}
+	tc.conn = newConn(c, cs.chain, src, dst, func() { cs.connClosed(tc) })
 	cs.conns[tc] = struct{}{}
-	cs.unstarted++
-	return true
+	return tc
 }
 
-// startShardLocked creates sh's grpc.Server, with the user's options, the
-// chain's tap handle and every registered service, and serves it. Called
-// with cs.mu held.
-func (cs *chainServer) startShardLocked(sh *shard) {
-	lw := cs.lw
-	opts := make([]grpc.ServerOption, 0, len(lw.opts.grpcOpts)+1)
-	opts = append(opts, lw.opts.grpcOpts...)
-	opts = append(opts, grpc.InTapHandle(cs.tap))
-	sh.srv = grpc.NewServer(opts...)
-	for _, r := range lw.services {
-		sh.srv.RegisterService(r.desc, r.impl)
+// serve hands tc to its server. grpc.Server.Serve returns as soon as the
+// one-connection listener has given its connection (gRPC serves it on its
+// own goroutines), so this does not block.
+func (tc *trackedConn) serve() {
+	// The error only says that the one-connection listener is exhausted.
+	tc.srv.Serve(&oneConnListener{c: tc})
+}
+
+// connClosed forgets a closed connection and stops its server. Called by
+// the conn's first Close, which may be inside gRPC (even inside
+// grpc.Server.Stop), so the server is stopped on the reaper goroutine. The
+// reaper is scheduled under cs.mu, so that once close has taken cs.mu after
+// draining cs, every server of a connection closed before is queued.
+func (cs *chainServer) connClosed(tc *trackedConn) {
+	tc.startOnce.Do(func() { close(tc.started) })
+	cs.mu.Lock()
+	delete(cs.conns, tc)
+	if !tc.draining {
+		// A draining connection's server is stopped by its drain.
+		srv := tc.srv
+		cs.lw.reaper.TrySchedule(func(context.Context) { srv.Stop() })
 	}
-	sh.lis = newMemListener(lw.lis.Addr())
-	cs.running++
-	lw.wg.Add(1)
-	go func() {
-		defer lw.wg.Done()
-		// Returns when the server is stopped; its error says nothing more.
-		sh.srv.Serve(sh.lis)
-	}()
+	gone := cs.retired && len(cs.conns) == 0
+	cs.mu.Unlock()
+	if gone {
+		cs.lw.removeServer(cs)
+	}
 }
 
-// markStarted records that gRPC started serving c, or, if closed, that c
-// is gone. Never called with cs.mu held (conns are not closed under it).
-func (cs *chainServer) markStarted(c *trackedConn, closed bool) {
+// rerouted returns the live, not draining connections that t would not
+// route to a chain with cs's ID. Called on the serializer with lw.connMu
+// held.
+func (cs *chainServer) rerouted(t *filterchain.Table) []*trackedConn {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if closed {
-		delete(cs.conns, c)
-	}
-	if c.started {
-		return
-	}
-	c.started = true
-	cs.unstarted--
-	if cs.unstarted == 0 && cs.startedAll != nil {
-		close(cs.startedAll)
-		cs.startedAll = nil
-	}
-}
-
-// connsStayOn reports whether t routes every live connection of cs to a
-// chain with cs's ID, so that cs can serve on under t. Called with
-// lw.connMu held.
-func (cs *chainServer) connsStayOn(t *filterchain.Table) bool {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	if cs.draining {
-		return false
-	}
+	var out []*trackedConn
 	for c := range cs.conns {
-		fc := t.Lookup(c.Source(), c.Destination())
-		if fc == nil || fc.ID != cs.chain.ID {
-			return false
+		if c.draining {
+			continue
+		}
+		if fc := t.Lookup(c.Source(), c.Destination()); fc == nil || fc.ID != cs.chain.ID {
+			out = append(out, c)
 		}
 	}
-	return true
+	return out
 }
 
-// drain stops cs from taking connections and gracefully stops its shards:
-// each sends GOAWAY after its jitter delay and is stopped when the drain
-// grace time runs out. A drain started by the server's GracefulStop skips the
-// jitter and has no deadline; after Stop, shards are stopped at once.
-// Calling drain again does nothing.
-func (cs *chainServer) drain() {
-	lw := cs.lw
+// retire takes cs out of service: it takes no new connection and every
+// connection is drained.
+func (cs *chainServer) retire() {
 	cs.mu.Lock()
-	if cs.draining {
-		cs.mu.Unlock()
-		return
+	cs.retired = true
+	conns := make([]*trackedConn, 0, len(cs.conns))
+	for c := range cs.conns {
+		conns = append(conns, c)
 	}
-	cs.draining = true
-	startedAll := make(chan struct{})
-	if cs.unstarted > 0 {
-		cs.startedAll = startedAll
-	} else {
-		close(startedAll)
+	gone := len(cs.conns) == 0
+	cs.mu.Unlock()
+	if gone {
+		cs.lw.removeServer(cs)
 	}
-	var started []*shard
-	for _, sh := range cs.shards {
-		if sh.srv != nil {
-			started = append(started, sh)
+	cs.drainConns(conns)
+}
+
+// drainConns drains each of conns, unless already draining: a GOAWAY after
+// a random delay in [0, DrainJitter), then the connection is closed when its
+// RPCs have finished or the drain grace time is over. A drain started by the
+// server's GracefulStop has no jitter and no deadline; after Stop,
+// connections are closed at once.
+func (cs *chainServer) drainConns(conns []*trackedConn) {
+	lw := cs.lw
+	deadline := !lw.closing.HasFired()
+	cs.mu.Lock()
+	todo := conns[:0:0]
+	for _, c := range conns {
+		if !c.draining {
+			c.draining = true
+			todo = append(todo, c)
 		}
 	}
 	cs.mu.Unlock()
-	if len(started) == 0 {
-		lw.removeServer(cs)
-		return
-	}
-	deadline := !lw.closing.HasFired()
-	for _, sh := range started {
+	for _, c := range todo {
 		var delay time.Duration
 		if j := lw.opts.drainJitter; j > 0 && deadline {
 			delay = rand.N(j)
@@ -222,44 +203,32 @@ func (cs *chainServer) drain() {
 		lw.wg.Add(1)
 		go func() {
 			defer lw.wg.Done()
-			cs.drainShard(sh, delay, deadline, startedAll)
-			cs.shardStopped()
+			c.drain(delay, deadline)
 		}()
 	}
 }
 
-// drainShard waits for delay, sends GOAWAY and waits for sh's RPCs to end,
-// stopping sh when the drain grace time (if deadline) runs out or Stop is
-// called. Before the GOAWAY it waits (briefly) for startedAll, so that no
-// connection handed to gRPC is closed unserved.
-func (cs *chainServer) drainShard(sh *shard, delay time.Duration, deadline bool, startedAll <-chan struct{}) {
-	lw := cs.lw
-	wait := time.NewTimer(maxStartWait)
-	select {
-	case <-startedAll:
-	case <-wait.C:
-		lw.log.Warningf("filter chain %q: gRPC did not start serving every new connection within %v; draining anyway", cs.chain.Name, maxStartWait)
-	case <-lw.hardStop.Done():
+// drain waits for delay, sends GOAWAY and waits for the connection's RPCs
+// to end, stopping its server when the drain grace time (if deadline) runs
+// out or Stop is called. Before the GOAWAY it waits (briefly) until gRPC has
+// started serving the connection, so that it is not closed unserved.
+func (c *trackedConn) drain(delay time.Duration, deadline bool) {
+	lw := c.cs.lw
+	if !lw.wait(c.started, maxStartWait) {
+		lw.log.Warningf("connection %v: gRPC did not start serving it within %v; draining anyway", c.Source(), maxStartWait)
 	}
-	wait.Stop()
 	if delay > 0 {
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-lw.graceful.Done():
-		case <-lw.hardStop.Done():
-		}
-		t.Stop()
+		lw.wait(lw.graceful.Done(), delay)
 	}
 	if lw.hardStop.HasFired() {
-		sh.srv.Stop()
+		c.srv.Stop()
 		return
 	}
 	done := make(chan struct{})
 	lw.wg.Add(1)
 	go func() {
 		defer lw.wg.Done()
-		sh.srv.GracefulStop()
+		c.srv.GracefulStop()
 		close(done)
 	}()
 	var expired <-chan time.Time
@@ -272,32 +241,65 @@ func (cs *chainServer) drainShard(sh *shard, delay time.Duration, deadline bool,
 	case <-done:
 		return
 	case <-expired:
-		lw.log.Infof("drain grace time (%v) over for filter chain %q: closing its remaining connections", lw.opts.drainGrace, cs.chain.Name)
+		lw.log.Infof("drain grace time (%v) over: closing connection %v of filter chain %q", lw.opts.drainGrace, c.Source(), c.cs.chain.Name)
 	case <-lw.hardStop.Done():
 	}
-	sh.srv.Stop()
+	c.srv.Stop()
 	<-done
 }
 
-// maxStartWait bounds how long a drain waits for gRPC to start serving the
-// connections it was just handed.
+// maxStartWait bounds how long a drain waits for gRPC to start serving a
+// connection it was just handed.
 const maxStartWait = time.Second
 
-// shardStopped counts a stopped shard; the last one removes cs from the
-// listener.
-func (cs *chainServer) shardStopped() {
-	cs.mu.Lock()
-	cs.running--
-	last := cs.running == 0
-	cs.mu.Unlock()
-	if last {
-		cs.lw.removeServer(cs)
+// wait waits for ch, at most d, and returns early (false) on Stop; it
+// reports whether ch was closed.
+func (lw *listenerWrapper) wait(ch <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
+	case <-lw.hardStop.Done():
+		return false
 	}
 }
 
-// removeServer forgets a chainServer that has fully stopped.
+// removeServer forgets a chainServer that has no connection left.
 func (lw *listenerWrapper) removeServer(cs *chainServer) {
 	lw.mu.Lock()
 	delete(lw.servers, cs)
 	lw.mu.Unlock()
 }
+
+// errOneConnDone is what oneConnListener.Accept returns once its connection
+// was taken. It is not temporary, so grpc.Server.Serve returns.
+var errOneConnDone = errors.New("xds: connection handed over")
+
+// oneConnListener is the listener of one connection's grpc.Server: Accept
+// returns the connection once, then fails, so Serve returns at once while
+// gRPC keeps serving the connection.
+type oneConnListener struct {
+	c     *trackedConn
+	taken atomic.Bool
+}
+
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	if l.taken.Swap(true) {
+		return nil, errOneConnDone
+	}
+	return l.c, nil
+}
+
+// Close closes the connection if it was never taken (the server was
+// stopped before Serve), else does nothing: gRPC owns it.
+func (l *oneConnListener) Close() error {
+	if !l.taken.Swap(true) {
+		l.c.Close()
+	}
+	return nil
+}
+
+func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }

@@ -56,6 +56,10 @@ type listenerWrapper struct {
 	graceful  *syncutil.Event // fired by GracefulStop: drains skip their jitter delay
 	hardStop  *syncutil.Event // fired by Stop: drains stop their servers at once
 	serveDone chan struct{}   // closed when the accept loop has returned
+	// reaper stops the grpc.Servers of connections that closed on their
+	// own (a server holds gRPC resources, such as its channelz entry, until
+	// stopped); closed by close, after every other server has stopped.
+	reaper *syncutil.CallbackSerializer
 
 	// active is what the accept path serves with; nil when not serving.
 	// Stored only under connMu, on the serializer or in close.
@@ -74,8 +78,8 @@ type listenerWrapper struct {
 	// active configuration and those draining. A chainServer removes itself
 	// when its last shard has stopped.
 	servers map[*chainServer]struct{}
-	// wg counts the goroutines of every chainServer (shard Serve loops and
-	// drains); close waits for it.
+	// wg counts the goroutines of every chainServer (drains); close waits
+	// for it.
 	wg sync.WaitGroup
 
 	// Only touched on the serializer.
@@ -97,6 +101,7 @@ func newListenerWrapper(p listenerParams) *listenerWrapper {
 		graceful:       syncutil.NewEvent(),
 		hardStop:       syncutil.NewEvent(),
 		serveDone:      make(chan struct{}),
+		reaper:         syncutil.NewCallbackSerializer(),
 		servers:        make(map[*chainServer]struct{}),
 		mode:           connectivity.ServingModeStarting,
 		rds:            make(map[string]*rdsState),
@@ -182,10 +187,16 @@ func (lw *listenerWrapper) apply(l *xdsresource.Listener) {
 		}
 	}
 	kept := make(map[*chainServer]bool)
+	rerouted := make(map[*chainServer][]*trackedConn)
 	for _, fc := range l.Table.Chains() {
-		if cs := oldByID[fc.ID]; cs != nil && !kept[cs] && cs.connsStayOn(l.Table) {
+		if cs := oldByID[fc.ID]; cs != nil && !kept[cs] {
+			// Unchanged chain: its connections stay, except those the new
+			// table would route to another chain.
 			kept[cs] = true
 			cfg.servers[fc] = cs
+			if r := cs.rerouted(l.Table); len(r) > 0 {
+				rerouted[cs] = r
+			}
 			continue
 		}
 		cs := newChainServer(lw, fc, lw.routeSource(fc))
@@ -200,17 +211,20 @@ func (lw *listenerWrapper) apply(l *xdsresource.Listener) {
 		lw.servers[cs] = struct{}{}
 	}
 	lw.mu.Unlock()
+	for cs, conns := range rerouted {
+		cs.drainConns(conns)
+	}
 	if old != nil {
 		for _, cs := range old.servers {
 			if !kept[cs] {
-				cs.drain()
+				cs.retire()
 			}
 		}
 	}
 	lw.currentLDS = l
 	lw.cancelUnusedRDSWatches()
 	lw.logInlineRouteErrors(l)
-	lw.log.Infof("applied Listener %q: %d filter chain(s), %d kept with their connections, %d new", lw.name, len(cfg.servers), len(kept), len(created))
+	lw.log.Infof("applied Listener %q: %d filter chain(s), %d kept, %d new, %d kept chain(s) with rerouted connections", lw.name, len(cfg.servers), len(kept), len(created), len(rerouted))
 	lw.setMode(connectivity.ServingModeServing, nil)
 }
 
@@ -232,7 +246,7 @@ func (lw *listenerWrapper) stopServing(err error) {
 	lw.connMu.Unlock()
 	if old != nil {
 		for _, cs := range old.servers {
-			cs.drain()
+			cs.retire()
 		}
 	}
 	lw.currentLDS = nil
@@ -358,12 +372,15 @@ func (lw *listenerWrapper) handleConn(c net.Conn) {
 			}
 			return
 		}
-		served := cfg.servers[fc].serve(c, src, dst)
+		tc := cfg.servers[fc].add(c, src, dst)
+		if tc != nil {
+			tc.serve()
+		}
 		lw.connMu.Unlock()
-		if served {
+		if tc != nil {
 			return
 		}
-		// The chainServer is draining: a configuration change won a race
+		// The chainServer is retired: a configuration change won a race
 		// with this connection. Look again in the newer configuration.
 	}
 }
@@ -400,7 +417,11 @@ func (lw *listenerWrapper) close(graceful bool) {
 	}
 	lw.mu.Unlock()
 	for _, cs := range servers {
-		cs.drain() // no-op for one already draining; it sees the stop events
+		// Connections already draining keep their drain, which sees the
+		// stop events.
+		cs.retire()
 	}
 	lw.wg.Wait()
+	lw.reaper.Close()
+	<-lw.reaper.Done()
 }

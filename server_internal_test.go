@@ -176,13 +176,23 @@ func serverNamed(t *testing.T, cfg *activeConfig, name string) *chainServer {
 	return nil
 }
 
-func (cs *chainServer) snapshot() (conns []*trackedConn, draining bool) {
+// snapshot returns cs's connections that are not draining, and whether cs
+// is retired.
+func (cs *chainServer) snapshot() (conns []*trackedConn, retired bool) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	for c := range cs.conns {
-		conns = append(conns, c)
+		if !c.draining {
+			conns = append(conns, c)
+		}
 	}
-	return conns, cs.draining
+	return conns, cs.retired
+}
+
+func (c *trackedConn) isDraining() bool {
+	c.cs.mu.Lock()
+	defer c.cs.mu.Unlock()
+	return c.draining
 }
 
 func (env *testEnv) dial(t *testing.T) testgrpc.TestServiceClient {
@@ -203,9 +213,9 @@ func unaryOK(ctx context.Context, t *testing.T, c testgrpc.TestServiceClient) {
 }
 
 // TestReuseDecision drives the reuse rule through real Listener updates: a
-// chain whose ID is unchanged keeps its chainServer and connection; a chain
-// whose connections the new table routes elsewhere is drained although its
-// ID is unchanged; a chain whose ID changed is drained.
+// chain whose ID is unchanged keeps its chainServer and connections, except
+// the connections the new table routes to another chain, which are drained;
+// a chain whose ID changed is retired and all its connections drained.
 func TestReuseDecision(t *testing.T) {
 	ctx := testCtx(t)
 	env := newTestEnv(t)
@@ -235,14 +245,15 @@ func TestReuseDecision(t *testing.T) {
 		t.Fatal("the RPC after an unrelated update did not use the same connection")
 	}
 
-	// A more specific chain now takes chain a's connection: a is drained.
+	// A more specific chain now takes chain a's connection: chain a stays,
+	// that connection is drained.
 	c := chainSpec{name: "c", srcPrefix: "127.0.0.1/32", routeName: "route-c"}
 	cfg = env.update(ctx, t, testListener(env, a, c, def))
-	if serverNamed(t, cfg, "a") == csA {
-		t.Fatal("chain a kept its chainServer although its connection would now go to chain c")
+	if serverNamed(t, cfg, "a") != csA {
+		t.Fatal("chain a got a new chainServer although its ID did not change")
 	}
-	if _, draining := csA.snapshot(); !draining {
-		t.Fatal("old chain a server not draining")
+	if !conns[0].isDraining() {
+		t.Fatal("the connection rerouted to chain c is not draining")
 	}
 	// The client reconnects, to chain c, once the GOAWAY arrives.
 	csC := serverNamed(t, cfg, "c")
@@ -257,11 +268,15 @@ func TestReuseDecision(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 
-	// Chain c changes (its routes are part of its ID): drained.
+	// Chain c changes (its routes are part of its ID): retired, drained.
+	cConns, _ := csC.snapshot()
 	c.routeName = "route-c-2"
 	cfg = env.update(ctx, t, testListener(env, a, c, def))
 	if serverNamed(t, cfg, "c") == csC {
 		t.Fatal("chain c kept its chainServer although its content changed")
+	}
+	if _, retired := csC.snapshot(); !retired || !cConns[0].isDraining() {
+		t.Fatal("the old chain c is not retired with its connection draining")
 	}
 	unaryOK(ctx, t, client)
 }
