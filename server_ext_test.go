@@ -13,10 +13,12 @@ import (
 	"time"
 
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/proxyless-grpc/xds"
 	"github.com/proxyless-grpc/xds/bootstrap"
@@ -520,5 +522,109 @@ func TestStop_ClosesConnections(t *testing.T) {
 	s.waitServeReturned(nil)
 	if _, err := st.Recv(); err == nil {
 		t.Fatal("stream Recv after Stop succeeded, want an error")
+	}
+}
+
+// TestStop_ReleasesWatchesAndClient checks that stopping a server cancels
+// its Listener watches (the shared XdsClient unsubscribes from them) and
+// that stopping the last server of a bootstrap releases the XdsClient (its
+// ADS stream ends).
+func TestStop_ReleasesWatchesAndClient(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	closed := make(chan int64, 10)
+	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{
+		OnStreamClosed: func(id int64) { closed <- id },
+	})
+	env := &testEnv{ms: ms, bootstrap: e2e.Bootstrap(t, e2e.BootstrapOptions{
+		ServerURIs:                         []string{ms.Address},
+		NodeID:                             "node-release",
+		ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
+	})}
+	s1, s2 := env.newServer(t), env.newServer(t)
+	lis1, _ := listen(t, "127.0.0.1")
+	lis2, _ := listen(t, "127.0.0.1")
+	s1.serveOn(lis1)
+	s2.serveOn(lis2)
+	n1 := e2e.ServerListenerName(hostPort(lis1.Addr()))
+	n2 := e2e.ServerListenerName(hostPort(lis2.Addr()))
+	if _, err := ms.WaitForRequest(ctx, e2e.IsSubscription(resourcev3.ListenerType, n1, n2)); err != nil {
+		t.Fatalf("waiting for one subscription to both Listeners (one shared client): %v", err)
+	}
+	s1.stopAndWait()
+	if _, err := ms.WaitForRequest(ctx, e2e.IsSubscription(resourcev3.ListenerType, n2)); err != nil {
+		t.Fatalf("waiting for the unsubscription of the stopped server's Listener: %v", err)
+	}
+	select {
+	case id := <-closed:
+		t.Fatalf("ADS stream %d closed while a server still uses the client", id)
+	case <-time.After(defaultTestShortTimeout):
+	}
+	s2.GracefulStop()
+	s2.waitServeReturned(nil)
+	select {
+	case <-closed:
+	case <-ctx.Done():
+		t.Fatal("the ADS stream is still open after the last server stopped: the XdsClient was not released")
+	}
+}
+
+// TestListenerNACK checks that an invalid Listener (gRFC A36 validation) is
+// NACKed and changes nothing: before a good one, the listener does not
+// serve; after one, the good configuration keeps serving its connections.
+func TestListenerNACK(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	s := env.newServer(t)
+	lis, _ := listen(t, "127.0.0.1")
+	s.serveOn(lis)
+	addr := lis.Addr()
+	bad := func() *listenerpb.Listener {
+		l := simpleListener(addr)
+		l.UseOriginalDst = wrapperspb.Bool(true) // must be NACKed
+		return l
+	}
+
+	env.update(ctx, t, []*listenerpb.Listener{bad()}, nil)
+	if _, err := env.ms.WaitForRequest(ctx, e2e.IsNACK(resourcev3.ListenerType)); err != nil {
+		t.Fatalf("waiting for a NACK: %v", err)
+	}
+	// Without a good version, the rejected Listener is a reason not to serve.
+	s.modes.wait(ctx, t, addr, connectivity.ServingModeNotServing)
+	expectClosedNoBytes(t, addr, "127.0.0.1")
+
+	env.update(ctx, t, []*listenerpb.Listener{simpleListener(addr)}, nil)
+	s.modes.wait(ctx, t, addr, connectivity.ServingModeServing)
+	c := newClient(t, addr, "127.0.0.1", 0)
+	if got := c.emptyCall(ctx); got != codes.OK {
+		t.Fatalf("EmptyCall: %v, want OK", got)
+	}
+	nacks := 0
+	for _, r := range env.ms.Requests() {
+		if e2e.IsNACK(resourcev3.ListenerType)(r) {
+			nacks++
+		}
+	}
+	env.update(ctx, t, []*listenerpb.Listener{bad()}, nil)
+	if _, err := env.ms.WaitForRequest(ctx, func(r *discoverypb.DiscoveryRequest) bool {
+		if !e2e.IsNACK(resourcev3.ListenerType)(r) {
+			return false
+		}
+		nacks--
+		return nacks < 0
+	}); err != nil {
+		t.Fatalf("waiting for the second NACK: %v", err)
+	}
+	s.modes.expectNone(t, addr, defaultTestShortTimeout)
+	if got := c.emptyCall(ctx); got != codes.OK {
+		t.Errorf("EmptyCall after a NACKed update: %v, want OK", got)
+	}
+	if got := c.dials.Load(); got != 1 {
+		t.Errorf("client dialed %d times, want 1 (a NACKed update must not drain)", got)
+	}
+	c2 := newClient(t, addr, "127.0.0.1", 0)
+	if got := c2.emptyCall(ctx); got != codes.OK {
+		t.Errorf("EmptyCall on a new connection after a NACKed update: %v, want OK", got)
 	}
 }
