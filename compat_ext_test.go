@@ -2,15 +2,25 @@ package xds_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
+	"net"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -233,5 +243,74 @@ func TestUnknownMethodOnAllowedRoute(t *testing.T) {
 	err := c.Invoke(ctx, "/no.such.Service/Method", &healthpb.HealthCheckRequest{}, &healthpb.HealthCheckResponse{})
 	if got := status.Code(err); got != codes.Unimplemented {
 		t.Errorf("unknown method: %v, want UNIMPLEMENTED", err)
+	}
+}
+
+// selfSignedTLS returns a server certificate for 127.0.0.1 and a pool that
+// trusts it.
+func selfSignedTLS(t *testing.T) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "xds-test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: cert}, pool
+}
+
+// TestUserTransportCredentials checks that user TLS credentials work on an
+// xDS server (the connection wrapper is transparent to the handshake), with
+// filter chain selection by source address still applying, and that a not
+// serving listener closes TLS connections without a ServerHello.
+func TestUserTransportCredentials(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	cert, pool := selfSignedTLS(t)
+	s := env.newServer(t, grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}})))
+	lis, _ := listen(t, "127.0.0.1")
+	s.serveOn(lis)
+	addr := lis.Addr()
+	clientCreds := grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}))
+
+	// Not serving: a TLS client gets no ServerHello.
+	conn, err := tls.Dial("tcp", addr.String(), &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
+	if err == nil {
+		conn.Close()
+		t.Fatal("TLS handshake with a not-serving listener succeeded")
+	}
+
+	env.update(ctx, t, []*listenerpb.Listener{testListener(addr, []chainSpec{
+		{name: "A", match: srcMatch("127.0.0.1/32")},
+		{name: "B", match: srcMatch("127.0.0.2/32")},
+	}, nil)}, nil)
+	s.modes.wait(ctx, t, addr, connectivity.ServingModeServing)
+	for _, tc := range []struct{ src, want string }{{"127.0.0.1", "A"}, {"127.0.0.2", "B"}} {
+		c := newClient(t, addr, tc.src, 0, clientCreds)
+		if got := c.chainOf(ctx, t, "A", "B"); got != tc.want {
+			t.Errorf("TLS connection from %s served by chain %q, want %q", tc.src, got, tc.want)
+		}
+		st := c.startStream(ctx, t)
+		st.finish(t)
 	}
 }
