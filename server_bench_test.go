@@ -1,0 +1,306 @@
+package xds_test
+
+// Benchmarks of the xDS server against a plain grpc.Server measured in the
+// same run (DESIGN.md "Performance targets"). The figure that matters is
+// server CPU per operation: the load comes from a child process (this test
+// binary re-run as TestBenchClientProcess), so the parent's CPU time is the
+// server's alone. Compare server-cpu-ns/op of the sub-benchmarks of one run:
+//
+//	go test -run '^$' -bench 'BenchmarkServer' -benchtime 20000x .
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/proxyless-grpc/xds"
+	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
+)
+
+// Environment of the client child process.
+const (
+	benchEnvAddr      = "PXDS_BENCH_ADDR"
+	benchEnvN         = "PXDS_BENCH_N"
+	benchEnvMode      = "PXDS_BENCH_MODE" // "unary" or "conn"
+	benchEnvAuthority = "PXDS_BENCH_AUTHORITY"
+	benchConcurrency  = 8
+)
+
+// benchServer is a server under benchmark: its address and how to stop it.
+type benchServer struct {
+	addr string
+	stop func()
+}
+
+func startPlainServer(b *testing.B) benchServer {
+	b.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := grpc.NewServer()
+	testgrpc.RegisterTestServiceServer(s, testService{})
+	go s.Serve(lis)
+	return benchServer{addr: lis.Addr().String(), stop: s.Stop}
+}
+
+// benchListener returns a Listener for 127.0.0.1:port with `chains` filter
+// chains: chains-1 of them for destinations the benchmark never uses (so the
+// lookup works over a table of that size) and one for 127.0.0.1, all sharing
+// one inline RouteConfiguration with `vhosts` virtual hosts.
+func benchListener(port uint32, chains, vhosts int) *listenerpb.Listener {
+	rc := &routepb.RouteConfiguration{Name: "bench"}
+	for i := range vhosts {
+		domain := "*"
+		if vhosts > 1 {
+			domain = fmt.Sprintf("svc-%d.example.com", i)
+		}
+		rc.VirtualHosts = append(rc.VirtualHosts, &routepb.VirtualHost{
+			Name:    fmt.Sprintf("vh-%d", i),
+			Domains: []string{domain},
+			Routes: []*routepb.Route{{
+				Match:  &routepb.RouteMatch{PathSpecifier: &routepb.RouteMatch_Prefix{Prefix: "/"}},
+				Action: &routepb.Route_NonForwardingAction{NonForwardingAction: &routepb.NonForwardingAction{}},
+			}},
+		})
+	}
+	hcm := e2e.HCMAny(&hcmpb.HttpConnectionManager{
+		RouteSpecifier: &hcmpb.HttpConnectionManager_RouteConfig{RouteConfig: rc},
+		HttpFilters:    []*hcmpb.HttpFilter{e2e.RouterHTTPFilter()},
+	})
+	lis := &listenerpb.Listener{
+		Name: e2e.ServerListenerName("127.0.0.1", port),
+		Address: &corepb.Address{Address: &corepb.Address_SocketAddress{SocketAddress: &corepb.SocketAddress{
+			Protocol: corepb.SocketAddress_TCP, Address: "127.0.0.1",
+			PortSpecifier: &corepb.SocketAddress_PortValue{PortValue: port},
+		}}},
+	}
+	for i := range chains {
+		prefix := fmt.Sprintf("10.%d.%d.1", (i>>8)&255, i&255)
+		if i == chains-1 {
+			prefix = "127.0.0.1"
+		}
+		lis.FilterChains = append(lis.FilterChains, &listenerpb.FilterChain{
+			Name: fmt.Sprintf("chain-%d", i),
+			FilterChainMatch: &listenerpb.FilterChainMatch{PrefixRanges: []*corepb.CidrRange{
+				{AddressPrefix: prefix, PrefixLen: wrapperspb.UInt32(32)},
+			}},
+			Filters: []*listenerpb.Filter{{
+				Name:       "envoy.filters.network.http_connection_manager",
+				ConfigType: &listenerpb.Filter_TypedConfig{TypedConfig: hcm},
+			}},
+		})
+	}
+	return lis
+}
+
+func startXDSServer(b *testing.B, chains, vhosts int) benchServer {
+	b.Helper()
+	ms := e2e.StartManagementServer(b, e2e.ManagementServerOptions{})
+	bs := e2e.Bootstrap(b, e2e.BootstrapOptions{
+		ServerURIs:                         []string{ms.Address},
+		NodeID:                             "bench",
+		ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
+	})
+	serving := make(chan struct{})
+	var once sync.Once
+	s, err := xds.NewGRPCServer(xds.BootstrapContents(bs), xds.ServingModeCallback(func(_ net.Addr, a xds.ServingModeChangeArgs) {
+		if a.Mode == connectivity.ServingModeServing {
+			once.Do(func() { close(serving) })
+		}
+	}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	testgrpc.RegisterTestServiceServer(s, testService{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { s.Serve(lis); close(done) }()
+	port := uint32(lis.Addr().(*net.TCPAddr).Port)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := ms.Update(ctx, e2e.Resources{Listeners: []*listenerpb.Listener{benchListener(port, chains, vhosts)}}); err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case <-serving:
+	case <-ctx.Done():
+		b.Fatal("xDS server did not start serving")
+	}
+	return benchServer{addr: lis.Addr().String(), stop: func() { s.Stop(); <-done }}
+}
+
+// cpuTime returns the CPU time (user + system) this process has used.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// runClientProcess runs b.N operations of mode against addr from a child
+// process and reports the server's CPU per operation and the wall time.
+func runClientProcess(b *testing.B, addr, mode, authority string) {
+	b.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchClientProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), benchEnvAddr+"="+addr, benchEnvN+"="+strconv.Itoa(b.N),
+		benchEnvMode+"="+mode, benchEnvAuthority+"="+authority)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	lines := bufio.NewScanner(out)
+	waitFor := func(word string) {
+		for lines.Scan() {
+			if lines.Text() == word {
+				return
+			}
+		}
+		cmd.Wait()
+		b.Fatalf("client process ended before %q", word)
+	}
+	waitFor("ready")
+	b.ResetTimer()
+	startCPU, start := cpuTime(b), time.Now()
+	waitFor("done")
+	cpu, wall := cpuTime(b)-startCPU, time.Since(start)
+	b.StopTimer()
+	if err := cmd.Wait(); err != nil {
+		b.Fatalf("client process: %v", err)
+	}
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "server-cpu-ns/op")
+	b.ReportMetric(float64(wall.Nanoseconds())/float64(b.N), "wall-ns/op")
+}
+
+// BenchmarkServerUnary: CPU per unary RPC on one connection with 8
+// concurrent callers. Targets: xds within 2% of plain; 1 000 virtual hosts
+// the same as 1.
+func BenchmarkServerUnary(b *testing.B) {
+	for _, tc := range []struct {
+		name      string
+		start     func(*testing.B) benchServer
+		authority string
+	}{
+		{name: "plain", start: startPlainServer},
+		{name: "xds", start: func(b *testing.B) benchServer { return startXDSServer(b, 1, 1) }},
+		{name: "xds-1000vhosts", start: func(b *testing.B) benchServer { return startXDSServer(b, 1, 1000) }, authority: "svc-999.example.com"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			s := tc.start(b)
+			defer s.stop()
+			runClientProcess(b, s.addr, "unary", tc.authority)
+		})
+	}
+}
+
+// BenchmarkServerNewConn: CPU per new connection (dial, one RPC, close).
+// Targets: within 5% of plain; 10 000 filter chains the same as 1.
+func BenchmarkServerNewConn(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		start func(*testing.B) benchServer
+	}{
+		{name: "plain", start: startPlainServer},
+		{name: "xds-1chain", start: func(b *testing.B) benchServer { return startXDSServer(b, 1, 1) }},
+		{name: "xds-10000chains", start: func(b *testing.B) benchServer { return startXDSServer(b, 10000, 1) }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			s := tc.start(b)
+			defer s.stop()
+			runClientProcess(b, s.addr, "conn", "")
+		})
+	}
+}
+
+// TestBenchClientProcess is the load generator of the benchmarks above; it
+// does nothing unless run by them as a child process.
+func TestBenchClientProcess(t *testing.T) {
+	addr := os.Getenv(benchEnvAddr)
+	if addr == "" {
+		t.Skip("only run as the client process of BenchmarkServer*")
+	}
+	n, err := strconv.Atoi(os.Getenv(benchEnvN))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if a := os.Getenv(benchEnvAuthority); a != "" {
+		opts = append(opts, grpc.WithAuthority(a))
+	}
+	ctx := context.Background()
+	call := func(cc *grpc.ClientConn) {
+		if _, err := testgrpc.NewTestServiceClient(cc).EmptyCall(ctx, &testpb.Empty{}, grpc.WaitForReady(true)); err != nil {
+			t.Error(err)
+		}
+	}
+	switch os.Getenv(benchEnvMode) {
+	case "unary":
+		cc, err := grpc.NewClient(addr, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		call(cc)
+		fmt.Println("ready")
+		runConcurrently(n, func() { call(cc) })
+	case "conn":
+		fmt.Println("ready")
+		runConcurrently(n, func() {
+			cc, err := grpc.NewClient(addr, opts...)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			call(cc)
+			cc.Close()
+		})
+	}
+	fmt.Println("done")
+}
+
+// runConcurrently runs f n times from benchConcurrency goroutines.
+func runConcurrently(n int, f func()) {
+	var wg sync.WaitGroup
+	per := n / benchConcurrency
+	for i := range benchConcurrency {
+		count := per
+		if i == 0 {
+			count += n % benchConcurrency
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range count {
+				f()
+			}
+		}()
+	}
+	wg.Wait()
+}
