@@ -95,7 +95,7 @@ type listenerWrapper struct {
 func newListenerWrapper(p listenerParams) *listenerWrapper {
 	lw := &listenerWrapper{
 		listenerParams: p,
-		log:            newPrefixLogger("[xds-server %v]", p.lis.Addr()),
+		log:            newPrefixLogger("[listener %v]", p.lis.Addr()),
 		ser:            syncutil.NewCallbackSerializer(),
 		closing:        syncutil.NewEvent(),
 		graceful:       syncutil.NewEvent(),
