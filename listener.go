@@ -74,9 +74,9 @@ type listenerWrapper struct {
 
 	// mu guards servers.
 	mu sync.Mutex
-	// servers are the chainServers not yet fully stopped: those of the
-	// active configuration and those draining. A chainServer removes itself
-	// when its last shard has stopped.
+	// servers are the chainServers of the active configuration and the
+	// retired ones that still have connections; a retired chainServer is
+	// removed when its last connection has closed.
 	servers map[*chainServer]struct{}
 	// wg counts the goroutines of every chainServer (drains); close waits
 	// for it.

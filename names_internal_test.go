@@ -50,8 +50,8 @@ func TestParseOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if so.drainGrace != DefaultDrainGraceTime || so.drainJitter != 0 || so.shardCount() != 1 || so.modeCallback != nil || so.bootstrap != nil {
-		t.Errorf("defaults = %+v, want 10m grace, no jitter, 1 shard, no callback, no bootstrap", so)
+	if so.drainGrace != DefaultDrainGraceTime || so.drainJitter != 0 || so.modeCallback != nil || so.bootstrap != nil {
+		t.Errorf("defaults = %+v, want 10m grace, no jitter, no callback, no bootstrap", so)
 	}
 
 	creds := grpc.Creds(insecure.NewCredentials())
@@ -63,7 +63,7 @@ func TestParseOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if so.drainGrace != 2*time.Second || so.drainJitter != time.Minute || so.shardCount() != 8 || string(so.bootstrap) != "{}" || so.pool == nil {
+	if so.drainGrace != 2*time.Second || so.drainJitter != time.Minute || string(so.bootstrap) != "{}" || so.pool == nil {
 		t.Errorf("parsed = %+v", so)
 	}
 	if len(so.grpcOpts) != 2 || so.grpcOpts[0] != creds {

@@ -60,14 +60,14 @@ func DrainGraceTime(d time.Duration) grpc.ServerOption {
 }
 
 // DrainJitter returns a server option that spreads the GOAWAYs of one drain
-// over a window of length d: drained connections are split over 8 groups,
-// each of which starts its graceful shutdown at an independent, uniformly
-// random offset in [0, d), so that a configuration push to a whole fleet does
-// not make every client reconnect in the same second. The drain grace time
-// of a group starts when its GOAWAY is sent.
+// over a window of length d: each drained connection gets its GOAWAY at an
+// independent, uniformly random offset in [0, d), so that a configuration
+// push to a whole fleet does not make every client reconnect in the same
+// second. The drain grace time of a connection starts when its GOAWAY is
+// sent. GracefulStop sends the GOAWAYs it still owes at once.
 //
-// The default, zero, sends every GOAWAY of a drain at once (and serves each
-// filter chain with one group). A negative value makes NewGRPCServer fail.
+// The default, zero, sends every GOAWAY of a drain at once. A negative value
+// makes NewGRPCServer fail.
 func DrainJitter(d time.Duration) grpc.ServerOption {
 	return &drainJitterOption{d: d}
 }
@@ -156,14 +156,4 @@ func parseOptions(opts []grpc.ServerOption) (*serverOptions, error) {
 		}
 	}
 	return so, nil
-}
-
-// shardCount is the number of grpc.Servers a filter chain spreads its
-// connections over: one without jitter, else enough groups for the GOAWAYs of
-// one drain to be spread over the jitter window.
-func (so *serverOptions) shardCount() int {
-	if so.drainJitter == 0 {
-		return 1
-	}
-	return 8
 }
