@@ -214,7 +214,7 @@ func (cs *chainServer) drainConns(conns []*trackedConn) {
 // started serving the connection, so that it is not closed unserved.
 func (c *trackedConn) drain(delay time.Duration, deadline bool) {
 	lw := c.cs.lw
-	if !lw.wait(c.started, maxStartWait) {
+	if !lw.wait(c.started, maxStartWait) && !lw.hardStop.HasFired() {
 		lw.log.Warningf("connection %v: gRPC did not start serving it within %v; draining anyway", c.Source(), maxStartWait)
 	}
 	if delay > 0 {
