@@ -171,10 +171,11 @@ func (lw *listenerWrapper) maybeApply() {
 	lw.apply(l)
 }
 
-// apply makes l the active configuration: chains that are unchanged, and
-// whose connections the new table would route to the same chain, keep their
-// chainServer and connections; every other old chainServer is drained. Only
-// called on the serializer.
+// apply makes l the active configuration. A chain whose ID is unchanged
+// keeps its chainServer and the connections that l still routes to it; its
+// connections that l routes to another chain (or to none) are drained. Every
+// other old chainServer is retired, all its connections drained. Only called
+// on the serializer.
 func (lw *listenerWrapper) apply(l *xdsresource.Listener) {
 	cfg := &activeConfig{table: l.Table, servers: make(map[*filterchain.FilterChain]*chainServer)}
 	var created []*chainServer
