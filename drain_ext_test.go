@@ -75,11 +75,13 @@ func TestDrain_InFlightStreamCompletes(t *testing.T) {
 func TestDrain_GraceTime(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		desc  string
-		grace time.Duration
+		desc    string
+		grace   time.Duration
+		deleted bool // the Listener is deleted instead of changed
 	}{
 		{desc: "zero: closed at once", grace: 0},
 		{desc: "1s", grace: time.Second},
+		{desc: "1s, Listener deleted", grace: time.Second, deleted: true},
 	}
 	for _, test := range tests {
 		t.Run(test.desc, func(t *testing.T) {
@@ -93,7 +95,11 @@ func TestDrain_GraceTime(t *testing.T) {
 			st := c.startStream(ctx, t)
 
 			start := time.Now()
-			env.update(ctx, t, []*listenerpb.Listener{testListener(addr, []chainSpec{{name: "B"}}, nil)}, nil)
+			if test.deleted {
+				env.update(ctx, t, nil, nil)
+			} else {
+				env.update(ctx, t, []*listenerpb.Listener{testListener(addr, []chainSpec{{name: "B"}}, nil)}, nil)
+			}
 			errc := make(chan error, 1)
 			go func() {
 				for {
@@ -118,6 +124,9 @@ func TestDrain_GraceTime(t *testing.T) {
 				}
 			case <-time.After(test.grace + 5*time.Second):
 				t.Fatalf("stream still running %v after a drain with grace time %v", test.grace+5*time.Second, test.grace)
+			}
+			if test.deleted {
+				return
 			}
 			// The listening socket is still open.
 			c2 := newClient(t, addr, "127.0.0.1", 0)

@@ -200,6 +200,26 @@ func TestServe_RequiresTCPListener(t *testing.T) {
 	}
 }
 
+// TestServe_ClosedListener checks that Serve returns an error, not nil,
+// when its socket cannot be used.
+func TestServe_ClosedListener(t *testing.T) {
+	t.Parallel()
+	env := newTestEnv(t)
+	s := env.newServer(t)
+	lis, _ := listen(t, "127.0.0.1")
+	lis.Close()
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(lis) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Serve(closed listener) returned nil, want an error")
+		}
+	case <-time.After(defaultTestTimeout):
+		t.Fatal("Serve(closed listener) did not return")
+	}
+}
+
 // TestServe_StopAndServeAfterStop checks Serve's results: nil once Stop (or
 // GracefulStop) ends it, grpc.ErrServerStopped when called after Stop.
 func TestServe_StopAndServeAfterStop(t *testing.T) {
@@ -358,6 +378,8 @@ func TestServingModes(t *testing.T) {
 	// The RPC started before the deletion finishes normally.
 	st.pingPong(t)
 	st.finish(t)
+	// The connection was drained, and reconnecting fails.
+	waitForCode(ctx, t, "EmptyCall of the drained client while not serving", codes.Unavailable, c.emptyCallNoOpts)
 	// A new client cannot connect.
 	c2 := newClient(t, addr, "127.0.0.1", 0)
 	sctx, cancel := context.WithTimeout(ctx, defaultTestShortTimeout)
