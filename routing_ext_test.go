@@ -368,3 +368,57 @@ func nackRequests(ms *e2e.ManagementServer) []string {
 func metadataCtx(ctx context.Context, kv ...string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, kv...)
 }
+
+// TestRouting_RDSWatchLifecycle checks that an RDS watch follows the
+// Listener: dropped when no chain uses the RouteConfiguration (the client
+// unsubscribes), taken again when one does, and then the newest version of
+// the RouteConfiguration is used; two listeners of one server using the
+// same RouteConfiguration both follow its updates.
+func TestRouting_RDSWatchLifecycle(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	s := env.newServer(t)
+	lis1, _ := listen(t, "127.0.0.1")
+	lis2, _ := listen(t, "127.0.0.1")
+	s.serveOn(lis1)
+	s.serveOn(lis2)
+	a1, a2 := lis1.Addr(), lis2.Addr()
+	rds := func(a net.Addr) *listenerpb.Listener {
+		return testListener(a, []chainSpec{{name: "A", rds: "shared"}}, nil)
+	}
+	inline := func(a net.Addr) *listenerpb.Listener { return testListener(a, []chainSpec{{name: "I"}}, nil) }
+	names := []string{"A", "B", "I"}
+
+	env.update(ctx, t, []*listenerpb.Listener{rds(a1), rds(a2)}, []*routepb.RouteConfiguration{routeConfig("shared", chainRoutes("A"))})
+	s.modes.wait(ctx, t, a1, connectivity.ServingModeServing)
+	s.modes.wait(ctx, t, a2, connectivity.ServingModeServing)
+	c1, c2 := newClient(t, a1, "127.0.0.1", 0), newClient(t, a2, "127.0.0.1", 0)
+	c1.waitForChain(ctx, t, "A", names...)
+	c2.waitForChain(ctx, t, "A", names...)
+
+	// Both listeners follow an RDS update.
+	if err := env.ms.Update(ctx, e2e.Resources{Routes: []*routepb.RouteConfiguration{routeConfig("shared", chainRoutes("B"))}}); err != nil {
+		t.Fatal(err)
+	}
+	c1.waitForChain(ctx, t, "B", names...)
+	c2.waitForChain(ctx, t, "B", names...)
+
+	// Listener 1 goes inline: the watch stays for listener 2.
+	env.update(ctx, t, []*listenerpb.Listener{inline(a1), rds(a2)}, nil)
+	newClient(t, a1, "127.0.0.1", 0).waitForChain(ctx, t, "I", names...)
+	// Both go inline: the client unsubscribes.
+	env.update(ctx, t, []*listenerpb.Listener{inline(a1), inline(a2)}, nil)
+	if _, err := env.ms.WaitForRequest(ctx, e2e.IsSubscription(resourcev3.RouteType)); err != nil {
+		t.Fatalf("waiting for the unsubscription from the RouteConfiguration: %v", err)
+	}
+	newClient(t, a2, "127.0.0.1", 0).waitForChain(ctx, t, "I", names...)
+	// Changed while unwatched; used again: the newest version applies.
+	if err := env.ms.Update(ctx, e2e.Resources{Routes: []*routepb.RouteConfiguration{routeConfig("shared", chainRoutes("A"))}}); err != nil {
+		t.Fatal(err)
+	}
+	env.update(ctx, t, []*listenerpb.Listener{rds(a1), rds(a2)}, nil)
+	newClient(t, a1, "127.0.0.1", 0).waitForChain(ctx, t, "A", names...)
+	newClient(t, a2, "127.0.0.1", 0).waitForChain(ctx, t, "A", names...)
+	s.modes.expectNone(t, a1, defaultTestShortTimeout)
+}

@@ -650,3 +650,37 @@ func TestListenerNACK(t *testing.T) {
 		t.Errorf("EmptyCall on a new connection after a NACKed update: %v, want OK", got)
 	}
 }
+
+// TestServe_StopRightAway checks that Stop and GracefulStop right after
+// Serve was called (before or while it starts its watch) make Serve return
+// nil, or grpc.ErrServerStopped if Serve had not started yet, and that Stop
+// after Stop does nothing.
+func TestServe_StopRightAway(t *testing.T) {
+	t.Parallel()
+	env := newTestEnv(t)
+	for i := range 10 {
+		s, err := xds.NewGRPCServer(xds.BootstrapContents(env.bootstrap))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lis, _ := listen(t, "127.0.0.1")
+		done := make(chan error, 1)
+		go func() { done <- s.Serve(lis) }()
+		if i%2 == 0 {
+			s.Stop()
+		} else {
+			s.GracefulStop()
+		}
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				t.Errorf("Serve returned %v, want nil or grpc.ErrServerStopped", err)
+			}
+		case <-time.After(defaultTestTimeout):
+			t.Fatal("Serve did not return after Stop")
+		}
+		s.Stop()
+		s.GracefulStop()
+		lis.Close()
+	}
+}
