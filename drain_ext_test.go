@@ -15,6 +15,7 @@ import (
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
@@ -414,85 +415,168 @@ func TestManagementServerOutage(t *testing.T) {
 // TestMain.
 func TestDrain_RapidUpdatesUnderLoad(t *testing.T) {
 	t.Parallel()
-	const (
-		updates = 200
-		clients = 4
-	)
-	ctx := testContext(t)
-	env := newTestEnv(t)
-	listeners := func(a net.Addr) [2]*listenerpb.Listener {
-		return [2]*listenerpb.Listener{
-			testListener(a, []chainSpec{{name: "A", routes: routeConfig("x", chainRoutes("A"))}}, nil),
-			testListener(a, []chainSpec{{name: "A", routes: routeConfig("y", chainRoutes("A"))}}, &chainSpec{name: "D"}),
-		}
+	const updates = 200
+	all := func(name string, prefixes ...string) chainSpec {
+		return chainSpec{name: name, match: srcMatch(prefixes...)}
 	}
-	_, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener { return listeners(a)[0] }, nil)
-	ls := listeners(addr)
+	tests := []struct {
+		desc string
+		opts []grpc.ServerOption
+		// listeners are the configurations the updates alternate between;
+		// all of them let every RPC through.
+		listeners func(net.Addr) [2]*listenerpb.Listener
+		routes    [2]*routepb.RouteConfiguration // if set, alternated too, concurrently
+	}{
+		{
+			desc: "alternating route configurations",
+			listeners: func(a net.Addr) [2]*listenerpb.Listener {
+				return [2]*listenerpb.Listener{
+					testListener(a, []chainSpec{{name: "A", routes: routeConfig("x", chainRoutes("A"))}}, nil),
+					testListener(a, []chainSpec{{name: "A", routes: routeConfig("y", chainRoutes("A"))}}, &chainSpec{name: "D"}),
+				}
+			},
+		},
+		{
+			desc: "every connection rerouted by every update",
+			listeners: func(a net.Addr) [2]*listenerpb.Listener {
+				return [2]*listenerpb.Listener{
+					testListener(a, []chainSpec{all("A", "127.0.0.1/32", "127.0.0.3/32"), all("B", "127.0.0.2/32", "127.0.0.4/32")}, nil),
+					testListener(a, []chainSpec{all("A", "127.0.0.2/32", "127.0.0.4/32"), all("B", "127.0.0.1/32", "127.0.0.3/32")}, nil),
+				}
+			},
+		},
+		{
+			desc: "with DrainJitter",
+			opts: []grpc.ServerOption{xds.DrainJitter(100 * time.Millisecond)},
+			listeners: func(a net.Addr) [2]*listenerpb.Listener {
+				return [2]*listenerpb.Listener{
+					testListener(a, []chainSpec{{name: "A", routes: routeConfig("x", chainRoutes("A"))}}, nil),
+					testListener(a, []chainSpec{{name: "A", routes: routeConfig("y", chainRoutes("A"))}}, nil),
+				}
+			},
+		},
+		{
+			desc: "RDS chain, with concurrent RDS updates",
+			listeners: func(a net.Addr) [2]*listenerpb.Listener {
+				return [2]*listenerpb.Listener{
+					testListener(a, []chainSpec{{name: "A", rds: "r"}}, nil),
+					testListener(a, []chainSpec{{name: "A", rds: "r"}}, &chainSpec{name: "D"}),
+				}
+			},
+			routes: [2]*routepb.RouteConfiguration{routeConfig("r", chainRoutes("A")), routeConfig("r", chainRoutes("B"))},
+		},
+	}
+	for _, test := range tests {
+		t.Run(test.desc, func(t *testing.T) {
+			t.Parallel()
+			ctx := testContext(t)
+			env := newTestEnv(t)
+			var routes []*routepb.RouteConfiguration
+			if test.routes[0] != nil {
+				routes = test.routes[:1]
+			}
+			_, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener { return test.listeners(a)[0] }, routes, test.opts...)
+			ls := test.listeners(addr)
+			l := newLoad(ctx, t, addr, 4)
+			var rdsDone chan struct{}
+			if routes != nil {
+				rdsDone = make(chan struct{})
+				go func() {
+					defer close(rdsDone)
+					for i := range updates {
+						if err := env.ms.Update(ctx, e2e.Resources{Routes: []*routepb.RouteConfiguration{test.routes[(i+1)%2]}}); err != nil {
+							t.Errorf("RDS update: %v", err)
+							return
+						}
+						time.Sleep(7 * time.Millisecond)
+					}
+				}()
+			}
+			for i := range updates {
+				if err := env.ms.Update(ctx, e2e.Resources{Listeners: []*listenerpb.Listener{ls[(i+1)%2]}}); err != nil {
+					t.Fatalf("Listener update: %v", err)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if rdsDone != nil {
+				<-rdsDone
+			}
+			// Let the last update land, with load running.
+			if _, err := env.ms.WaitForRequest(ctx, e2e.IsACK(resourcev3.ListenerType, fmt.Sprint(updates+1))); err != nil {
+				t.Errorf("waiting for the ACK of the last update: %v", err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			l.stopAndCheck(t, updates)
+		})
+	}
+}
 
-	var (
-		ok, failed atomic.Int64
-		errMu      sync.Mutex
-		errs       []error
-	)
-	fail := func(err error) {
-		failed.Add(1)
-		errMu.Lock()
-		if len(errs) < 10 {
-			errs = append(errs, err)
-		}
-		errMu.Unlock()
-	}
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for i := range clients {
+// load runs unary and streaming RPCs from several clients until stopped.
+type load struct {
+	stop       context.CancelFunc
+	wg         sync.WaitGroup
+	ok, failed atomic.Int64
+	mu         sync.Mutex
+	errs       []error // the first few failures
+}
+
+// newLoad starts, for each of n clients (from 127.0.0.1, .2, ...), two
+// goroutines making unary RPCs and one making streams of 5 round trips. No
+// RPC uses WaitForReady (see TestDrain_RapidUpdatesUnderLoad).
+func newLoad(ctx context.Context, t *testing.T, addr net.Addr, n int) *load {
+	l := &load{}
+	loadCtx, stop := context.WithCancel(ctx)
+	l.stop = stop
+	for i := range n {
 		c := newClient(t, addr, fmt.Sprintf("127.0.0.%d", i+1), 0)
 		for range 2 {
-			wg.Add(1)
+			l.wg.Add(1)
 			go func() {
-				defer wg.Done()
+				defer l.wg.Done()
 				for loadCtx.Err() == nil {
 					rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 					_, err := c.UnaryCall(rctx, &testpb.SimpleRequest{Payload: &testpb.Payload{Body: []byte("x")}})
 					cancel()
-					if err != nil {
-						fail(fmt.Errorf("UnaryCall: %w", err))
-					} else {
-						ok.Add(1)
-					}
+					l.record(err, "UnaryCall")
 				}
 			}()
 		}
-		wg.Add(1)
+		l.wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer l.wg.Done()
 			for loadCtx.Err() == nil {
-				if err := streamOnce(ctx, c, 5); err != nil {
-					fail(fmt.Errorf("FullDuplexCall: %w", err))
-				} else {
-					ok.Add(1)
-				}
+				l.record(streamOnce(ctx, c, 5), "FullDuplexCall")
 			}
 		}()
 	}
+	return l
+}
 
-	for i := range updates {
-		env.update(ctx, t, []*listenerpb.Listener{ls[(i+1)%2]}, nil)
-		time.Sleep(10 * time.Millisecond)
+func (l *load) record(err error, what string) {
+	if err == nil {
+		l.ok.Add(1)
+		return
 	}
-	// Let the last update land, with load running.
-	if _, err := env.ms.WaitForRequest(ctx, e2e.IsACK(resourcev3.ListenerType, fmt.Sprint(updates+1))); err != nil {
-		t.Errorf("waiting for the ACK of the last update: %v", err)
+	l.failed.Add(1)
+	l.mu.Lock()
+	if len(l.errs) < 10 {
+		l.errs = append(l.errs, fmt.Errorf("%s: %w", what, err))
 	}
-	time.Sleep(100 * time.Millisecond)
-	stopLoad()
-	wg.Wait()
-	if n := failed.Load(); n > 0 {
-		t.Errorf("%d of %d RPCs failed during %d Listener updates; first errors: %v", n, n+ok.Load(), updates, errs)
+	l.mu.Unlock()
+}
+
+// stopAndCheck stops the load and fails the test if any RPC failed.
+func (l *load) stopAndCheck(t *testing.T, updates int) {
+	t.Helper()
+	l.stop()
+	l.wg.Wait()
+	if n := l.failed.Load(); n > 0 {
+		t.Errorf("%d of %d RPCs failed during %d updates; first errors: %v", n, n+l.ok.Load(), updates, l.errs)
 	}
-	if ok.Load() < 100 {
-		t.Errorf("only %d RPCs succeeded: the load did not run", ok.Load())
+	if l.ok.Load() < 100 {
+		t.Errorf("only %d RPCs succeeded: the load did not run", l.ok.Load())
 	}
-	t.Logf("%d RPCs during %d updates", ok.Load(), updates)
+	t.Logf("%d RPCs during %d updates", l.ok.Load(), updates)
 }
 
 // streamOnce runs one FullDuplexCall of n round trips.
