@@ -210,8 +210,10 @@ func (cs *chainServer) drainConns(conns []*trackedConn) {
 
 // drain waits for delay, sends GOAWAY and waits for the connection's RPCs
 // to end, stopping its server when the drain grace time (if deadline) runs
-// out or Stop is called. Before the GOAWAY it waits (briefly) until gRPC has
-// started serving the connection, so that it is not closed unserved.
+// out; Stop cuts every phase short (close stops the servers of draining
+// connections). Before the GOAWAY it waits (briefly) until gRPC has started
+// serving the connection, so that it is not closed unserved. One goroutine
+// per draining connection: the grace deadline is a timer, not a goroutine.
 func (c *trackedConn) drain(delay time.Duration, deadline bool) {
 	lw := c.cs.lw
 	if !lw.wait(c.started, maxStartWait) && !lw.hardStop.HasFired() {
@@ -224,28 +226,34 @@ func (c *trackedConn) drain(delay time.Duration, deadline bool) {
 		c.srv.Stop()
 		return
 	}
-	done := make(chan struct{})
-	lw.wg.Add(1)
-	go func() {
-		defer lw.wg.Done()
+	if !deadline {
 		c.srv.GracefulStop()
-		close(done)
-	}()
-	var expired <-chan time.Time
-	if deadline {
-		t := time.NewTimer(lw.opts.drainGrace)
-		defer t.Stop()
-		expired = t.C
-	}
-	select {
-	case <-done:
 		return
-	case <-expired:
-		lw.log.Infof("drain grace time (%v) over: closing connection %v of filter chain %q", lw.opts.drainGrace, c.Source(), c.cs.chain.Name)
-	case <-lw.hardStop.Done():
 	}
-	c.srv.Stop()
-	<-done
+	stopped := make(chan struct{})
+	t := time.AfterFunc(lw.opts.drainGrace, func() {
+		lw.log.Infof("drain grace time (%v) over: closing connection %v of filter chain %q", lw.opts.drainGrace, c.Source(), c.cs.chain.Name)
+		c.srv.Stop()
+		close(stopped)
+	})
+	c.srv.GracefulStop()
+	if !t.Stop() {
+		<-stopped // the timer's Stop has run or is running: wait for it
+	}
+}
+
+// stopAll stops the server of every connection of cs at once, cutting short
+// the drains in progress. Called by close after Stop.
+func (cs *chainServer) stopAll() {
+	cs.mu.Lock()
+	srvs := make([]*grpc.Server, 0, len(cs.conns))
+	for c := range cs.conns {
+		srvs = append(srvs, c.srv)
+	}
+	cs.mu.Unlock()
+	for _, srv := range srvs {
+		srv.Stop()
+	}
 }
 
 // maxStartWait bounds how long a drain waits for gRPC to start serving a

@@ -422,6 +422,11 @@ func (lw *listenerWrapper) close(graceful bool) {
 		// stop events.
 		cs.retire()
 	}
+	if !graceful {
+		for _, cs := range servers {
+			cs.stopAll()
+		}
+	}
 	lw.wg.Wait()
 	lw.reaper.Close()
 	<-lw.reaper.Done()
