@@ -36,12 +36,19 @@ type testEnv struct {
 	host  string
 	port  uint32
 	modes chan ServingModeChangeArgs
+	svc   blockingService
 }
 
 // newTestEnv starts a management server and a GRPCServer listening on
 // 127.0.0.1:0, with a short does-not-exist timer. Everything is stopped at
 // cleanup.
 func newTestEnv(t *testing.T, opts ...grpc.ServerOption) *testEnv {
+	t.Helper()
+	return newTestEnvWith(t, blockingService{started: make(chan struct{}, 100)}, opts...)
+}
+
+// newTestEnvWith is newTestEnv serving svc.
+func newTestEnvWith(t *testing.T, svc blockingService, opts ...grpc.ServerOption) *testEnv {
 	t.Helper()
 	env := &testEnv{mgmt: e2e.StartManagementServer(t, e2e.ManagementServerOptions{}), modes: make(chan ServingModeChangeArgs, 100)}
 	bs := e2e.Bootstrap(t, e2e.BootstrapOptions{
@@ -59,7 +66,8 @@ func newTestEnv(t *testing.T, opts ...grpc.ServerOption) *testEnv {
 		t.Fatal(err)
 	}
 	env.srv = s
-	testgrpc.RegisterTestServiceServer(s, testService{})
+	env.svc = svc
+	testgrpc.RegisterTestServiceServer(s, svc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -451,5 +459,42 @@ func TestRegisterAfterServeIgnored(t *testing.T) {
 	}
 	if _, ok := info["grpc.testing.TestService"]; !ok {
 		t.Errorf("GetServiceInfo = %v, want grpc.testing.TestService", info)
+	}
+}
+
+// blockingService holds every FullDuplexCall open until its client or the
+// server ends it.
+type blockingService struct {
+	testService
+	started chan struct{}
+}
+
+func (s blockingService) FullDuplexCall(stream testgrpc.TestService_FullDuplexCallServer) error {
+	s.started <- struct{}{}
+	<-stream.Context().Done()
+	return stream.Context().Err()
+}
+
+// TestStopCutsDrainShort: Stop during a drain with a long grace time closes
+// the draining connection at once and fails its stream.
+func TestStopCutsDrainShort(t *testing.T) {
+	ctx := testCtx(t)
+	env := newTestEnvWith(t, blockingService{started: make(chan struct{}, 1)}, DrainGraceTime(time.Hour))
+	env.update(ctx, t, testListener(env, chainSpec{name: "x", routeName: "r", isDefault: true}))
+	stream, err := env.dial(t).FullDuplexCall(ctx, grpc.WaitForReady(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-env.svc.started
+	env.update(ctx, t, testListener(env, chainSpec{name: "x", routeName: "r2", isDefault: true}))
+	done := make(chan struct{})
+	go func() { env.srv.Stop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Stop waited for a draining connection's grace time")
+	}
+	if _, err := stream.Recv(); status.Code(err) != codes.Unavailable && status.Code(err) != codes.Canceled {
+		t.Errorf("stream after Stop: %v, want it failed", err)
 	}
 }
