@@ -290,10 +290,11 @@ var errOneConnDone = errors.New("xds: connection handed over")
 // returns the connection once, then fails, so Serve returns at once while
 // gRPC keeps serving the connection.
 type oneConnListener struct {
-	c     *trackedConn
-	taken atomic.Bool
+	c     *trackedConn // immutable; owned by gRPC once taken
+	taken atomic.Bool  // set by the first Accept or Close
 }
 
+// Accept returns the connection the first time, errOneConnDone after.
 func (l *oneConnListener) Accept() (net.Conn, error) {
 	if l.taken.Swap(true) {
 		return nil, errOneConnDone
@@ -310,4 +311,5 @@ func (l *oneConnListener) Close() error {
 	return nil
 }
 
+// Addr returns the connection's local address.
 func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
