@@ -181,6 +181,9 @@ func (s *GRPCServer) Serve(lis net.Listener) error {
 		return fmt.Errorf("xds: Serve needs a TCP listener, got address %v of type %T", lis.Addr(), lis.Addr())
 	}
 	addr := unmapAddrPort(tcp.AddrPort())
+	if !addr.Addr().IsValid() {
+		return fmt.Errorf("xds: Serve needs a listener bound to an IP address, got %v", tcp)
+	}
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
