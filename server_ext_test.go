@@ -684,3 +684,52 @@ func TestServe_StopRightAway(t *testing.T) {
 		lis.Close()
 	}
 }
+
+// TestServingModes_RapidFlaps deletes and re-adds the Listener many times in
+// quick succession: the serving-mode callbacks must alternate (one per
+// transition, never the same mode twice in a row) and end in the final
+// state, which serves RPCs.
+func TestServingModes_RapidFlaps(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	s, addr := startServing(ctx, t, env, simpleListener, nil)
+	const flaps = 40
+	for i := range flaps {
+		if i%2 == 0 {
+			env.update(ctx, t, nil, nil)
+		} else {
+			env.update(ctx, t, []*listenerpb.Listener{simpleListener(addr)}, nil)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The last update re-added the Listener (i = flaps-1 is odd).
+	if _, err := env.ms.WaitForRequest(ctx, e2e.IsACK(resourcev3.ListenerType, strconv.Itoa(flaps+1))); err != nil {
+		t.Fatalf("waiting for the ACK of the last update: %v", err)
+	}
+	c := newClient(t, addr, "127.0.0.1", 0)
+	waitForCode(ctx, t, "EmptyCall after the flaps", codes.OK, c.emptyCallNoOpts)
+	time.Sleep(defaultTestShortTimeout)
+	last := connectivity.ServingModeServing // from startServing
+	n := 0
+	for {
+		select {
+		case args := <-s.modes.ch(addr.String()):
+			n++
+			if args.Mode == last {
+				t.Fatalf("callback %d: mode %v again, want one call per transition", n, args.Mode)
+			}
+			if (args.Mode == connectivity.ServingModeNotServing) != (args.Err != nil) {
+				t.Errorf("callback %d: mode %v with error %v", n, args.Mode, args.Err)
+			}
+			last = args.Mode
+			continue
+		default:
+		}
+		break
+	}
+	if last != connectivity.ServingModeServing {
+		t.Errorf("last serving mode %v, want SERVING", last)
+	}
+	t.Logf("%d callbacks for %d updates", n, flaps)
+}
