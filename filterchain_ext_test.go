@@ -7,6 +7,7 @@ import (
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // conn is one connection of a chain-selection test case: from srcIP
@@ -63,6 +64,22 @@ func TestFilterChainSelection(t *testing.T) {
 				{srcIP: "127.0.0.2", wantChain: "C"},
 				{srcIP: "127.0.0.3", wantChain: "B"},
 				{srcIP: "127.0.0.5", wantChain: "A"},
+			},
+		},
+		{
+			desc: "prefix_len out of range is clamped, unused address bits are ignored (gRFC A36)",
+			ips:  []string{"127.0.0.1"},
+			chains: []chainSpec{
+				{name: "A", match: &fcm{SourcePrefixRanges: []*corepb.CidrRange{{AddressPrefix: "127.0.0.2", PrefixLen: wrapperspb.UInt32(40)}}}},
+				{name: "B", match: &fcm{SourcePrefixRanges: []*corepb.CidrRange{{AddressPrefix: "127.0.0.77", PrefixLen: wrapperspb.UInt32(30)}}}},
+			},
+			def: &chainSpec{name: "D"},
+			conns: []conn{
+				{srcIP: "127.0.0.2", wantChain: "A"},
+				{srcIP: "127.0.0.3", wantChain: "D"},
+				{srcIP: "127.0.0.78", wantChain: "B"},
+				{srcIP: "127.0.0.79", wantChain: "B"},
+				{srcIP: "127.0.0.80", wantChain: "D"},
 			},
 		},
 		{

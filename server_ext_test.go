@@ -13,7 +13,9 @@ import (
 	"time"
 
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	matcherpb "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -732,4 +734,69 @@ func TestServingModes_RapidFlaps(t *testing.T) {
 		t.Errorf("last serving mode %v, want SERVING", last)
 	}
 	t.Logf("%d callbacks for %d updates", n, flaps)
+}
+
+// TestListenerNACK_Reasons checks, for Listeners that gRFC A36 says to
+// NACK, that the update is NACKed and the good configuration keeps serving
+// its connections, without a drain or a serving-mode change.
+func TestListenerNACK_Reasons(t *testing.T) {
+	t.Parallel()
+	dup := func(a net.Addr) *listenerpb.Listener {
+		// Duplicate matchers; server_names never match, but still count.
+		m := &listenerpb.FilterChainMatch{ServerNames: []string{"x.test"}}
+		return testListener(a, []chainSpec{{name: "A"}, {name: "S1", match: m}, {name: "S2", match: m}}, nil)
+	}
+	tests := []struct {
+		desc string
+		bad  func(net.Addr) *listenerpb.Listener
+	}{
+		{desc: "use_original_dst", bad: func(a net.Addr) *listenerpb.Listener {
+			l := simpleListener(a)
+			l.UseOriginalDst = wrapperspb.Bool(true)
+			return l
+		}},
+		{desc: "listener_filters", bad: func(a net.Addr) *listenerpb.Listener {
+			l := simpleListener(a)
+			l.ListenerFilters = []*listenerpb.ListenerFilter{{Name: "envoy.filters.listener.tls_inspector"}}
+			return l
+		}},
+		{desc: "duplicate matchers, with fields that never match", bad: dup},
+		{desc: "no HttpConnectionManager", bad: func(a net.Addr) *listenerpb.Listener {
+			l := simpleListener(a)
+			l.FilterChains[0].Filters = nil
+			return l
+		}},
+		{desc: "bad route in an inline RouteConfiguration", bad: func(a net.Addr) *listenerpb.Listener {
+			rc := routeConfig("bad", []*routepb.Route{nonForwarding(&routepb.RouteMatch{PathSpecifier: &routepb.RouteMatch_SafeRegex{
+				SafeRegex: &matcherpb.RegexMatcher{Regex: "(unbalanced"},
+			}})})
+			return testListener(a, []chainSpec{{name: "A", routes: rc}}, nil)
+		}},
+	}
+	for _, test := range tests {
+		t.Run(test.desc, func(t *testing.T) {
+			t.Parallel()
+			ctx := testContext(t)
+			env := newTestEnv(t)
+			s, addr := startServing(ctx, t, env, simpleListener, nil)
+			c := newClient(t, addr, "127.0.0.1", 0)
+			if got := c.emptyCall(ctx); got != codes.OK {
+				t.Fatalf("EmptyCall: %v, want OK", got)
+			}
+			env.update(ctx, t, []*listenerpb.Listener{test.bad(addr)}, nil)
+			if _, err := env.ms.WaitForRequest(ctx, e2e.IsNACK(resourcev3.ListenerType)); err != nil {
+				t.Fatalf("waiting for a NACK: %v", err)
+			}
+			s.modes.expectNone(t, addr, defaultTestShortTimeout)
+			if got := c.emptyCall(ctx); got != codes.OK {
+				t.Errorf("EmptyCall after the NACK: %v, want OK", got)
+			}
+			if got := c.dials.Load(); got != 1 {
+				t.Errorf("client dialed %d times, want 1", got)
+			}
+			if got := newClient(t, addr, "127.0.0.1", 0).emptyCall(ctx); got != codes.OK {
+				t.Errorf("EmptyCall on a new connection after the NACK: %v, want OK", got)
+			}
+		})
+	}
 }
