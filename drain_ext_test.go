@@ -601,3 +601,59 @@ func streamOnce(ctx context.Context, c *testClient, n int) error {
 	}
 	return nil
 }
+
+// TestStopDuringDrain checks Stop and GracefulStop while a drained
+// connection still has a stream in flight: GracefulStop waits for it (the
+// drain grace time does not cut it short), Stop ends it at once.
+func TestStopDuringDrain(t *testing.T) {
+	t.Parallel()
+	for _, graceful := range []bool{true, false} {
+		t.Run(fmt.Sprintf("graceful=%v", graceful), func(t *testing.T) {
+			t.Parallel()
+			ctx := testContext(t)
+			env := newTestEnv(t)
+			s, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
+				return testListener(a, []chainSpec{{name: "A"}}, nil)
+			}, nil)
+			c := newClient(t, addr, "127.0.0.1", 0)
+			st := c.startStream(ctx, t)
+			env.update(ctx, t, []*listenerpb.Listener{testListener(addr, []chainSpec{{name: "B"}}, nil)}, nil)
+			newClient(t, addr, "127.0.0.1", 0).waitForChain(ctx, t, "B", "A", "B")
+
+			stopped := make(chan struct{})
+			go func() {
+				if graceful {
+					s.GracefulStop()
+				} else {
+					s.Stop()
+				}
+				close(stopped)
+			}()
+			if !graceful {
+				select {
+				case <-stopped:
+				case <-ctx.Done():
+					t.Fatal("Stop did not return")
+				}
+				if err := st.roundTrip(); err == nil {
+					t.Fatal("stream still works after Stop")
+				}
+				s.waitServeReturned(nil)
+				return
+			}
+			select {
+			case <-stopped:
+				t.Fatal("GracefulStop returned while a drained connection had a stream in flight")
+			case <-time.After(defaultTestShortTimeout):
+			}
+			st.pingPong(t)
+			st.finish(t)
+			select {
+			case <-stopped:
+			case <-ctx.Done():
+				t.Fatal("GracefulStop did not return after the last stream ended")
+			}
+			s.waitServeReturned(nil)
+		})
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	matcherpb "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
@@ -421,4 +422,53 @@ func TestRouting_RDSWatchLifecycle(t *testing.T) {
 	newClient(t, a1, "127.0.0.1", 0).waitForChain(ctx, t, "A", names...)
 	newClient(t, a2, "127.0.0.1", 0).waitForChain(ctx, t, "A", names...)
 	s.modes.expectNone(t, a1, defaultTestShortTimeout)
+}
+
+// TestRouting_PendingListenerSuperseded checks that a Listener update
+// waiting for its RouteConfiguration does not hold back a later update: a
+// newer Listener with inline routes applies at once (the default 15 s
+// does-not-exist timer of the first one's RDS never comes into it), and a
+// deletion while an update is pending stops serving at once.
+func TestRouting_PendingListenerSuperseded(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	names := []string{"A", "B", "C"}
+	s, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
+		return testListener(a, []chainSpec{{name: "A"}}, nil)
+	}, nil)
+	pending := testListener(addr, []chainSpec{{name: "C", rds: "never-sent"}}, nil)
+
+	env.update(ctx, t, []*listenerpb.Listener{pending}, nil)
+	if _, err := env.ms.WaitForRequest(ctx, e2e.IsSubscription(resourcev3.RouteType, "never-sent")); err != nil {
+		t.Fatalf("waiting for the RDS subscription: %v", err)
+	}
+	env.update(ctx, t, []*listenerpb.Listener{testListener(addr, []chainSpec{{name: "B"}}, nil)}, nil)
+	sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	newClient(t, addr, "127.0.0.1", 0).waitForChain(sctx, t, "B", names...)
+
+	// Pending again, then deleted: not serving at once.
+	seen := len(env.ms.Requests())
+	env.update(ctx, t, []*listenerpb.Listener{pending}, nil)
+	if _, err := env.ms.WaitForRequest(ctx, after(seen, e2e.IsSubscription(resourcev3.RouteType, "never-sent"))); err != nil {
+		t.Fatalf("waiting for the RDS subscription: %v", err)
+	}
+	env.update(ctx, t, nil, nil)
+	sctx2, cancel2 := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel2()
+	s.modes.wait(sctx2, t, addr, connectivity.ServingModeNotServing)
+	expectClosedNoBytes(t, addr, "127.0.0.1")
+}
+
+// after returns pred for WaitForRequest, skipping the first seen requests
+// (those recorded before the step being waited for).
+func after(seen int, pred func(*discoverypb.DiscoveryRequest) bool) func(*discoverypb.DiscoveryRequest) bool {
+	return func(r *discoverypb.DiscoveryRequest) bool {
+		if seen > 0 {
+			seen--
+			return false
+		}
+		return pred(r)
+	}
 }
