@@ -13,7 +13,6 @@ import (
 
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -377,20 +376,10 @@ func TestManagementServerOutage(t *testing.T) {
 	seen := len(env.ms.Requests())
 	env.ms.Restart(t)
 	// The server re-subscribes and ACKs the same resources again.
-	afterRestart := func(pred func(*discoverypb.DiscoveryRequest) bool) func(*discoverypb.DiscoveryRequest) bool {
-		skip := seen
-		return func(r *discoverypb.DiscoveryRequest) bool {
-			if skip > 0 {
-				skip--
-				return false
-			}
-			return pred(r)
-		}
-	}
-	if _, err := env.ms.WaitForRequest(ctx, afterRestart(e2e.IsACK(resourcev3.ListenerType, "1"))); err != nil {
+	if _, err := env.ms.WaitForRequest(ctx, after(seen, e2e.IsACK(resourcev3.ListenerType, "1"))); err != nil {
 		t.Fatalf("waiting for a Listener ACK after the restart: %v", err)
 	}
-	if _, err := env.ms.WaitForRequest(ctx, afterRestart(e2e.IsACK(resourcev3.RouteType, "1"))); err != nil {
+	if _, err := env.ms.WaitForRequest(ctx, after(seen, e2e.IsACK(resourcev3.RouteType, "1"))); err != nil {
 		t.Fatalf("waiting for a RouteConfiguration ACK after the restart: %v", err)
 	}
 	s.modes.expectNone(t, addr, defaultTestShortTimeout)

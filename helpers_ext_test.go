@@ -28,6 +28,7 @@ import (
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -663,4 +664,16 @@ func freePort(t *testing.T, ip string) uint16 {
 	}
 	defer lis.Close()
 	return lis.Addr().(*net.TCPAddr).AddrPort().Port()
+}
+
+// after returns pred for WaitForRequest, skipping the first seen requests
+// (those recorded before the step being waited for).
+func after(seen int, pred func(*discoverypb.DiscoveryRequest) bool) func(*discoverypb.DiscoveryRequest) bool {
+	return func(r *discoverypb.DiscoveryRequest) bool {
+		if seen > 0 {
+			seen--
+			return false
+		}
+		return pred(r)
+	}
 }

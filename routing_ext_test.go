@@ -12,7 +12,6 @@ import (
 
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	matcherpb "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
@@ -340,13 +339,10 @@ func TestRouting_RDSNACK(t *testing.T) {
 	waitForCode(ctx, t, "EmptyCall with a good RouteConfiguration", codes.OK, c.emptyCallNoOpts)
 
 	// A bad update is NACKed; the good routes stay.
-	nacks := len(nackRequests(env.ms))
+	seen := len(env.ms.Requests())
 	env.update(ctx, t, []*listenerpb.Listener{l(addr)}, []*routepb.RouteConfiguration{bad})
-	for len(nackRequests(env.ms)) == nacks {
-		if ctx.Err() != nil {
-			t.Fatal("no NACK of the second bad RouteConfiguration")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if _, err := env.ms.WaitForRequest(ctx, after(seen, e2e.IsNACK(resourcev3.RouteType))); err != nil {
+		t.Fatalf("waiting for the NACK of the second bad RouteConfiguration: %v", err)
 	}
 	if got := c.emptyCall(ctx); got != codes.OK {
 		t.Fatalf("EmptyCall after a NACKed RDS update: %v, want OK (the last good routes)", got)
@@ -354,16 +350,6 @@ func TestRouting_RDSNACK(t *testing.T) {
 	if got := c.dials.Load(); got != 1 {
 		t.Errorf("client dialed %d times, want 1", got)
 	}
-}
-
-func nackRequests(ms *e2e.ManagementServer) []string {
-	var out []string
-	for _, r := range ms.Requests() {
-		if e2e.IsNACK(resourcev3.RouteType)(r) {
-			out = append(out, r.GetResponseNonce())
-		}
-	}
-	return out
 }
 
 func metadataCtx(ctx context.Context, kv ...string) context.Context {
@@ -459,16 +445,4 @@ func TestRouting_PendingListenerSuperseded(t *testing.T) {
 	defer cancel2()
 	s.modes.wait(sctx2, t, addr, connectivity.ServingModeNotServing)
 	expectClosedNoBytes(t, addr, "127.0.0.1")
-}
-
-// after returns pred for WaitForRequest, skipping the first seen requests
-// (those recorded before the step being waited for).
-func after(seen int, pred func(*discoverypb.DiscoveryRequest) bool) func(*discoverypb.DiscoveryRequest) bool {
-	return func(r *discoverypb.DiscoveryRequest) bool {
-		if seen > 0 {
-			seen--
-			return false
-		}
-		return pred(r)
-	}
 }
