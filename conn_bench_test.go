@@ -38,7 +38,8 @@ const idleConns = 1000
 // client connection that has completed one RPC, for a plain grpc.Server on a
 // TCP listener, for one behind memListener with conn, and for one behind
 // memListener with a wrapper that hides ReadOnReady, which makes grpc-go pin
-// a read buffer per connection. Target: wrapped no more than plain.
+// a read buffer per connection, and for a whole xDS server. Target: wrapped
+// and xds no more than plain.
 //
 // One measurement takes about a second; run with -benchtime=1x for one each.
 func BenchmarkIdleConnHeap(b *testing.B) {
@@ -58,6 +59,7 @@ func BenchmarkIdleConnHeap(b *testing.B) {
 				return newConn(c, chain, src, dst, func() {})
 			})
 		}},
+		{"xds", startXDSForHeap},
 		{"wrappedWithoutReadOnReady", func(b *testing.B, srv *grpc.Server) (string, func()) {
 			return startWrapped(b, srv, func(c *net.TCPConn) net.Conn { return opaqueConn{c} })
 		}},
