@@ -7,7 +7,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
-	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/routing"
 )
 
@@ -35,28 +34,14 @@ func (cs *chainServer) tap(ctx context.Context, info *tap.Info) (context.Context
 	if !ok {
 		return ctx, status.Errorf(codes.Unavailable, "xds: RouteConfiguration %q has no virtual host and route matching authority %q and method %q", rt.router.Name(), authority, info.FullMethodName)
 	}
-	ctx, err := runHTTPFilters(ctx, cs.chain.HCM.Filters, route)
-	if err != nil {
-		return ctx, err
-	}
+	// The chain's HTTP filters (gRFC A39) run here, in order, each with its
+	// config merged with route.FilterOverrides when the configuration was
+	// applied, not per RPC. The only filter so far is the router, the last
+	// one, whose work is the route match above and the action check below.
 	// gRFC A36: a route of another action fails the RPCs that reach the end
 	// of the filter chain.
 	if route.Action != routing.ActionNonForwarding {
 		return ctx, status.Errorf(codes.Unavailable, "xds: RouteConfiguration %q, virtual host %q, route %d %q: action is %v, not non_forwarding_action", rt.router.Name(), route.VirtualHost, route.Index, route.Name, route.Action)
 	}
-	return ctx, nil
-}
-
-// runHTTPFilters runs the chain's HTTP filters (gRFC A39) for an RPC matched
-// to route, in order. The only filter today is the router, the last one,
-// whose work (the route match and the action check) the tap does itself.
-//
-// This is where filters such as RBAC (gRFC A41) will run: each with its
-// per-route config merged over the top-level one (route.FilterOverrides holds
-// the overrides, keyed by filter instance name), precomputed per route when
-// the configuration is applied, never per RPC.
-func runHTTPFilters(ctx context.Context, filters []httpfilter.Instance, route *routing.Route) (context.Context, error) {
-	_ = filters
-	_ = route
 	return ctx, nil
 }
