@@ -83,6 +83,18 @@ func TestFilterChainSelection(t *testing.T) {
 			},
 		},
 		{
+			desc: "IPv6: a /0 prefix still matches only its address family (gRFC A36)",
+			ips:  []string{"::1"},
+			chains: []chainSpec{
+				{name: "A", match: &fcm{SourcePrefixRanges: []*corepb.CidrRange{cidr("0.0.0.0/0")}}},
+				{name: "B", match: &fcm{SourcePrefixRanges: []*corepb.CidrRange{cidr("::/0")}}},
+				{name: "C", match: &fcm{PrefixRanges: []*corepb.CidrRange{cidr("0.0.0.0/0")}}},
+			},
+			conns: []conn{
+				{srcIP: "::1", wantChain: "B"},
+			},
+		},
+		{
 			desc: "no chain matches, no default chain: closed",
 			ips:  []string{"127.0.0.1"},
 			chains: []chainSpec{
@@ -177,6 +189,13 @@ func TestFilterChainSelection(t *testing.T) {
 	for _, test := range tests {
 		t.Run(test.desc, func(t *testing.T) {
 			t.Parallel()
+			for _, ip := range test.ips {
+				if lis, err := net.Listen("tcp", net.JoinHostPort(ip, "0")); err != nil {
+					t.Skipf("cannot listen on %s here: %v", ip, err)
+				} else {
+					lis.Close()
+				}
+			}
 			ctx := testContext(t)
 			env := newTestEnv(t)
 			s := env.newServer(t)
