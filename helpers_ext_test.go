@@ -476,44 +476,6 @@ func closedNoBytes(addr net.Addr, srcIP string) error {
 	return nil
 }
 
-// waitClosedNoBytes polls closedNoBytes until it holds: a configuration
-// change reaches the server asynchronously.
-func waitClosedNoBytes(ctx context.Context, t *testing.T, addr net.Addr, srcIP string) {
-	t.Helper()
-	var err error
-	for ctx.Err() == nil {
-		if err = closedNoBytesQuick(addr, srcIP); err == nil {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("server never closed connections without a byte: %v", err)
-}
-
-// closedNoBytesQuick is closedNoBytes with a short read deadline, for
-// polling while a serving server may still accept connections.
-func closedNoBytesQuick(addr net.Addr, srcIP string) error {
-	d := net.Dialer{
-		LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(srcIP), 0)),
-		Timeout:   time.Second,
-	}
-	conn, err := d.Dial("tcp", addr.String())
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	conn.SetReadDeadline(time.Now().Add(time.Second))
-	buf := make([]byte, 64)
-	n, err := conn.Read(buf)
-	if n > 0 {
-		return fmt.Errorf("server wrote %d bytes", n)
-	}
-	if !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
-		return fmt.Errorf("read: %v", err)
-	}
-	return nil
-}
-
 // --- resources ---
 
 func cidr(s string) *corepb.CidrRange {
