@@ -1,0 +1,49 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/proxyless-grpc/xds/internal/testutils"
+)
+
+func TestMain(m *testing.M) { testutils.VerifyNoLeaks(m) }
+
+// TestRun runs the demo and checks that it tells the whole story, in order.
+func TestRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var out strings.Builder
+	if err := run(ctx, &out); err != nil {
+		t.Fatalf("run: %v\noutput so far:\n%s", err, out.String())
+	}
+	story := out.String()
+	rest := story
+	for _, want := range []string{
+		"1. ",
+		"client:   UnaryCall failed with code Unavailable: the server closes every connection",
+		"2. ",
+		"callback: the server is SERVING\n",
+		`client:   UnaryCall succeeded: "Hello, newcomer"`,
+		"3. ",
+		`client:   UnaryCall failed with code Unavailable: xds: RouteConfiguration "restricted", virtual host "all", route 1 "everything-else": action is route, not non_forwarding_action`,
+		"client:   EmptyCall succeeded.",
+		"the stream opened before the update exchanged another message and ended OK.",
+		"server:   that stream's connection",
+		"4. ",
+		"callback: the server is NOT_SERVING (",
+		"does not exist",
+		"5. Stopped the server and the control plane. Done.\n",
+	} {
+		i := strings.Index(rest, want)
+		if i < 0 {
+			t.Fatalf("the output lacks %q after what came before it; output:\n%s", want, story)
+		}
+		rest = rest[i+len(want):]
+	}
+	if n := strings.Count(story, "callback:"); n != 2 {
+		t.Errorf("the output has %d serving-mode callbacks, want 2 (SERVING, NOT_SERVING); output:\n%s", n, story)
+	}
+}
