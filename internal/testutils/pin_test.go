@@ -1,0 +1,16 @@
+// Pins dependencies that work in progress (server credentials, RBAC, CSDS
+// and metrics) needs, so that parallel work does not edit go.mod. Delete an
+// import once real code uses it.
+package testutils
+
+import (
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/rbac/audit_loggers/stream/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
+	_ "go.opentelemetry.io/otel/metric"
+	_ "go.opentelemetry.io/otel/sdk/metric"
+	_ "google.golang.org/grpc/credentials/tls/certprovider/pemfile"
+	_ "google.golang.org/grpc/credentials/xds"
+	_ "google.golang.org/grpc/xds"
+)
