@@ -1,3 +1,7 @@
+// memListener was the server's in-memory listener before each connection got
+// its own grpc.Server; it remains as the test harness that feeds wrapped
+// connections to one grpc.Server (conn tests, BenchmarkIdleConnHeap).
+
 package xds
 
 import (
