@@ -66,12 +66,22 @@ func inField(prefix string, err error) *fieldError {
 // decoded HttpConnectionManager and TLS configs by their serialized bytes, so
 // that chains sharing a config share the result and pay for it once.
 type chainCompiler struct {
-	parser  *httpfilter.Parser
-	hcms    map[string]hcmResult
-	tls     map[string]*tlspb.DownstreamTlsContext
-	budget  int                     // normalized matchers the Listener may still have
-	idBuf   []byte                  // scratch for chainID
-	digests map[string]configDigest // by config bytes
+	parser *httpfilter.Parser
+	hcms   map[string]hcmResult
+	tls    map[string]tlsResult // by DownstreamTlsContext bytes
+	// instances are the bootstrap's certificate provider instances (see
+	// Options.CertProviderInstances); nil skips the existence check.
+	instances map[string]bool
+	budget    int                     // normalized matchers the Listener may still have
+	idBuf     []byte                  // scratch for chainID
+	digests   map[string]configDigest // by config bytes
+}
+
+// tlsResult is a decoded and validated DownstreamTlsContext.
+type tlsResult struct {
+	d   *tlspb.DownstreamTlsContext
+	sec *Security
+	err error // a fieldError relative to the transport socket
 }
 
 type hcmResult struct {
@@ -81,7 +91,7 @@ type hcmResult struct {
 }
 
 func newChainCompiler(p *httpfilter.Parser) *chainCompiler {
-	return &chainCompiler{parser: p, hcms: map[string]hcmResult{}, tls: map[string]*tlspb.DownstreamTlsContext{}, budget: maxMatchers, digests: map[string]configDigest{}}
+	return &chainCompiler{parser: p, hcms: map[string]hcmResult{}, tls: map[string]tlsResult{}, budget: maxMatchers, digests: map[string]configDigest{}}
 }
 
 // compile validates one filter chain. For a chain of filter_chains it also
@@ -104,7 +114,7 @@ func (c *chainCompiler) compile(ref chainRef, fc *listenerpb.FilterChain) (*Filt
 	if err != nil {
 		return fail(err)
 	}
-	tls, err := c.transportSocket(fc.GetTransportSocket())
+	tls, sec, err := c.transportSocket(fc.GetTransportSocket())
 	if err != nil {
 		return fail(inField("transport_socket", err))
 	}
@@ -112,7 +122,7 @@ func (c *chainCompiler) compile(ref chainRef, fc *listenerpb.FilterChain) (*Filt
 	if err != nil {
 		return fail(err)
 	}
-	spec.chain = &FilterChain{ID: id, Name: fc.GetName(), IsDefault: isDefault, HCM: hcm, TLS: tls}
+	spec.chain = &FilterChain{ID: id, Name: fc.GetName(), IsDefault: isDefault, HCM: hcm, TLS: tls, Security: sec}
 	return spec.chain, spec, nil
 }
 
@@ -342,28 +352,32 @@ func describeConfigSource(cs *corepb.ConfigSource) string {
 }
 
 // transportSocket decodes a chain's transport socket, which must be TLS
-// with a DownstreamTlsContext (gRFC A29, "LDS for Server Side Security").
-func (c *chainCompiler) transportSocket(ts *corepb.TransportSocket) (*tlspb.DownstreamTlsContext, error) {
+// with a DownstreamTlsContext (gRFC A29, "LDS for Server Side Security"),
+// and validates it (see validateDownstreamTLS). Identical configs are decoded
+// once per Listener and share their results.
+func (c *chainCompiler) transportSocket(ts *corepb.TransportSocket) (*tlspb.DownstreamTlsContext, *Security, error) {
 	if ts == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if ts.GetName() != tlsTransportSocket {
-		return nil, fieldErrorf("name", "is %q, want %q", ts.GetName(), tlsTransportSocket)
+		return nil, nil, fieldErrorf("name", "is %q, want %q", ts.GetName(), tlsTransportSocket)
 	}
 	a := ts.GetTypedConfig()
 	if a == nil {
-		return nil, fieldErrorf("typed_config", "is missing, want a DownstreamTlsContext")
+		return nil, nil, fieldErrorf("typed_config", "is missing, want a DownstreamTlsContext")
 	}
 	if !isType(a.GetTypeUrl(), downstreamTLSTypeName) {
-		return nil, fieldErrorf("typed_config", "has type %q, want %q", a.GetTypeUrl(), downstreamTLSTypeName)
+		return nil, nil, fieldErrorf("typed_config", "has type %q, want %q", a.GetTypeUrl(), downstreamTLSTypeName)
 	}
-	if d, ok := c.tls[string(a.GetValue())]; ok {
-		return d, nil
+	r, ok := c.tls[string(a.GetValue())]
+	if !ok {
+		r.d = &tlspb.DownstreamTlsContext{}
+		if err := proto.Unmarshal(a.GetValue(), r.d); err != nil {
+			r = tlsResult{err: &fieldError{field: "typed_config", err: fmt.Errorf("malformed DownstreamTlsContext: %v", err)}}
+		} else if r.sec, err = validateDownstreamTLS(r.d, c.instances); err != nil {
+			r = tlsResult{err: inField("typed_config", err)}
+		}
+		c.tls[string(a.GetValue())] = r
 	}
-	d := &tlspb.DownstreamTlsContext{}
-	if err := proto.Unmarshal(a.GetValue(), d); err != nil {
-		return nil, &fieldError{field: "typed_config", err: fmt.Errorf("malformed DownstreamTlsContext: %v", err)}
-	}
-	c.tls[string(a.GetValue())] = d
-	return d, nil
+	return r.d, r.sec, r.err
 }

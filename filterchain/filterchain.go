@@ -31,6 +31,13 @@ type Options struct {
 	// that identical filter configs are parsed once and shared. nil means
 	// httpfilter.NewParser(nil), a fresh parser over the default registry.
 	Filters *httpfilter.Parser
+	// CertProviderInstances are the certificate provider instances of the
+	// bootstrap (certificate_providers), each mapped to whether this server
+	// supports its plugin. Every instance a DownstreamTlsContext names must
+	// be in it with true, or the Listener is NACKed (gRFC A29). nil skips
+	// that check (the other A29 rules still apply); an empty, non-nil map
+	// means the bootstrap has no instances.
+	CertProviderInstances map[string]bool
 }
 
 // Table is a compiled Listener: its address, its filter chains and the
@@ -115,8 +122,12 @@ type FilterChain struct {
 	HCM *HTTPConnectionManager
 	// TLS is the DownstreamTlsContext of the chain's transport socket, or nil
 	// when the chain has no transport_socket (plaintext, or the fallback
-	// credentials; gRFC A29). Only its type is checked here.
+	// credentials; gRFC A29). Security is what a server uses of it.
 	TLS *tlspb.DownstreamTlsContext
+	// Security is the validated TLS configuration of the chain (gRFC A29),
+	// set exactly when TLS is. Chains with byte-for-byte identical
+	// DownstreamTlsContexts share one value.
+	Security *Security
 }
 
 // HTTPConnectionManager is a validated HttpConnectionManager network filter.
@@ -186,6 +197,7 @@ func Compile(lis *listenerpb.Listener, opts Options) (*Table, error) {
 		return nil, err
 	}
 	c := newChainCompiler(p)
+	c.instances = opts.CertProviderInstances
 	t := &Table{address: addr, chains: make([]*FilterChain, 0, len(lis.GetFilterChains())+1)}
 	specs := make([]chainSpec, 0, len(lis.GetFilterChains()))
 	for i, fc := range lis.GetFilterChains() {

@@ -117,11 +117,20 @@ func cidrs(ss ...string) []*corepb.CidrRange {
 	return out
 }
 
-// tlsSocket is a TLS transport socket with an empty DownstreamTlsContext.
+// tlsSocket is a TLS transport socket with a valid mTLS DownstreamTlsContext
+// (gRFC A29: identity and root certificate provider instances).
 func tlsSocket() *corepb.TransportSocket {
 	return &corepb.TransportSocket{
-		Name:       "envoy.transport_sockets.tls",
-		ConfigType: &corepb.TransportSocket_TypedConfig{TypedConfig: mustAny(&tlspb.DownstreamTlsContext{RequireClientCertificate: wrapperspb.Bool(true)})},
+		Name: "envoy.transport_sockets.tls",
+		ConfigType: &corepb.TransportSocket_TypedConfig{TypedConfig: mustAny(&tlspb.DownstreamTlsContext{
+			RequireClientCertificate: wrapperspb.Bool(true),
+			CommonTlsContext: &tlspb.CommonTlsContext{
+				TlsCertificateProviderInstance: &tlspb.CertificateProviderPluginInstance{InstanceName: "identity"},
+				ValidationContextType: &tlspb.CommonTlsContext_ValidationContext{ValidationContext: &tlspb.CertificateValidationContext{
+					CaCertificateProviderInstance: &tlspb.CertificateProviderPluginInstance{InstanceName: "roots"},
+				}},
+			},
+		})},
 	}
 }
 

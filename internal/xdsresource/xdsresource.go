@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/proxyless-grpc/xds/bootstrap"
 	"github.com/proxyless-grpc/xds/filterchain"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/routing"
@@ -101,11 +102,29 @@ func decodeListener(in xdsclient.DecodeInput) (string, xdsclient.ResourceData, e
 		// is a client's.
 		return name, nil, fmt.Errorf("xdsresource: Listener %q is an API listener (a client's), not a TCP listener for a server", name)
 	}
-	table, err := filterchain.Compile(lis, filterchain.Options{Filters: httpfilter.NewParser(nil)})
+	table, err := filterchain.Compile(lis, filterchain.Options{
+		Filters:               httpfilter.NewParser(nil),
+		CertProviderInstances: certProviderInstances(in.Bootstrap),
+	})
 	if err != nil {
 		return name, nil, err
 	}
 	return name, &Listener{Name: name, Table: table, raw: in.Resource}, nil
+}
+
+// certProviderInstances lists the bootstrap's certificate provider
+// instances for filterchain: every name, mapped to whether its plugin is
+// supported (gRFC A29: a Listener naming another instance is NACKed). A nil
+// bootstrap (tests of the decoder alone) skips the check.
+func certProviderInstances(cfg *bootstrap.Config) map[string]bool {
+	if cfg == nil {
+		return nil
+	}
+	out := make(map[string]bool, len(cfg.CertProviders))
+	for name, p := range cfg.CertProviders {
+		out[name] = p.PluginName == bootstrap.PluginFileWatcher && p.FileWatcher != nil
+	}
+	return out
 }
 
 func decodeRouteConfig(in xdsclient.DecodeInput) (string, xdsclient.ResourceData, error) {
