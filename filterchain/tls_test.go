@@ -167,18 +167,24 @@ func TestDownstreamTLSErrors(t *testing.T) {
 			wantField: "common_tls_context.tls_certificate_provider_instance", wantText: "missing",
 		},
 		{
-			desc:      "empty identity instance name",
-			tls:       func(d *tlspb.DownstreamTlsContext) { d.CommonTlsContext.TlsCertificateProviderInstance.InstanceName = "" },
+			desc: "empty identity instance name",
+			tls: func(d *tlspb.DownstreamTlsContext) {
+				d.CommonTlsContext.TlsCertificateProviderInstance.InstanceName = ""
+			},
 			wantField: "common_tls_context.tls_certificate_provider_instance.instance_name", wantText: "empty",
 		},
 		{
-			desc:      "identity instance not in the bootstrap",
-			tls:       func(d *tlspb.DownstreamTlsContext) { d.CommonTlsContext.TlsCertificateProviderInstance.InstanceName = "nope" },
+			desc: "identity instance not in the bootstrap",
+			tls: func(d *tlspb.DownstreamTlsContext) {
+				d.CommonTlsContext.TlsCertificateProviderInstance.InstanceName = "nope"
+			},
 			wantField: "common_tls_context.tls_certificate_provider_instance.instance_name", wantText: `"nope"`,
 		},
 		{
-			desc:      "identity instance with an unsupported plugin",
-			tls:       func(d *tlspb.DownstreamTlsContext) { d.CommonTlsContext.TlsCertificateProviderInstance.InstanceName = "spiffe" },
+			desc: "identity instance with an unsupported plugin",
+			tls: func(d *tlspb.DownstreamTlsContext) {
+				d.CommonTlsContext.TlsCertificateProviderInstance.InstanceName = "spiffe"
+			},
 			wantField: "common_tls_context.tls_certificate_provider_instance.instance_name", wantText: "plugin",
 		},
 		{
@@ -188,8 +194,10 @@ func TestDownstreamTLSErrors(t *testing.T) {
 			wantField: "common_tls_context.tls_certificate_provider_instance.instance_name", wantText: `"identity"`,
 		},
 		{
-			desc:      "root instance not in the bootstrap",
-			tls:       func(d *tlspb.DownstreamTlsContext) { validationContext(d).CaCertificateProviderInstance.InstanceName = "nope" },
+			desc: "root instance not in the bootstrap",
+			tls: func(d *tlspb.DownstreamTlsContext) {
+				validationContext(d).CaCertificateProviderInstance.InstanceName = "nope"
+			},
 			wantField: "common_tls_context.validation_context.ca_certificate_provider_instance.instance_name", wantText: `"nope"`,
 		},
 		{
@@ -266,8 +274,10 @@ func TestDownstreamTLSErrors(t *testing.T) {
 			wantField: "common_tls_context.tls_params",
 		},
 		{
-			desc:      "custom_handshaker",
-			tls:       func(d *tlspb.DownstreamTlsContext) { d.CommonTlsContext.CustomHandshaker = &corepb.TypedExtensionConfig{Name: "h"} },
+			desc: "custom_handshaker",
+			tls: func(d *tlspb.DownstreamTlsContext) {
+				d.CommonTlsContext.CustomHandshaker = &corepb.TypedExtensionConfig{Name: "h"}
+			},
 			wantField: "common_tls_context.custom_handshaker",
 		},
 		{
@@ -281,8 +291,10 @@ func TestDownstreamTLSErrors(t *testing.T) {
 			wantField: "common_tls_context.validation_context.verify_certificate_hash",
 		},
 		{
-			desc:      "require_signed_certificate_timestamp",
-			tls:       func(d *tlspb.DownstreamTlsContext) { validationContext(d).RequireSignedCertificateTimestamp = wrapperspb.Bool(true) },
+			desc: "require_signed_certificate_timestamp",
+			tls: func(d *tlspb.DownstreamTlsContext) {
+				validationContext(d).RequireSignedCertificateTimestamp = wrapperspb.Bool(true)
+			},
 			wantField: "common_tls_context.validation_context.require_signed_certificate_timestamp",
 		},
 		{
