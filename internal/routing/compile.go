@@ -84,7 +84,10 @@ func compile(rc *routepb.RouteConfiguration, c *compiler) (*Router, error) {
 	r.domains = newDomainIndex(domains)
 	for i := range r.vhosts {
 		for j := range r.vhosts[i].routes {
-			if rt := &r.vhosts[i].routes[j].out; rt.Action != ActionNonForwarding {
+			rt := &r.vhosts[i].routes[j].out
+			rt.ID = len(r.all)
+			r.all = append(r.all, rt)
+			if rt.Action != ActionNonForwarding {
 				r.failing = append(r.failing, rt)
 			}
 		}

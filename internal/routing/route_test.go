@@ -214,10 +214,21 @@ func TestFailingRoutes(t *testing.T) {
 		t.Fatalf("Compile() failed: %v", err)
 	}
 	want := []*routing.Route{
-		{VirtualHost: "a", Name: "redirect", Index: 1, Action: routing.ActionRedirect},
-		{VirtualHost: "b", Name: "unset", Index: 0, Action: routing.ActionUnsupported},
+		{VirtualHost: "a", Name: "redirect", Index: 1, ID: 1, Action: routing.ActionRedirect},
+		{VirtualHost: "b", Name: "unset", Index: 0, ID: 2, Action: routing.ActionUnsupported},
 	}
 	if diff := cmp.Diff(r.FailingRoutes(), want); diff != "" {
 		t.Errorf("FailingRoutes() (-got, +want):\n%s", diff)
+	}
+	// Routes lists the routes that can match, by ID ("ignored" is left out).
+	var names []string
+	for i, rt := range r.Routes() {
+		if rt.ID != i {
+			t.Errorf("Routes()[%d].ID = %d, want %d", i, rt.ID, i)
+		}
+		names = append(names, rt.Name)
+	}
+	if diff := cmp.Diff(names, []string{"ok", "redirect", "unset"}); diff != "" {
+		t.Errorf("Routes() names (-got, +want):\n%s", diff)
 	}
 }

@@ -68,6 +68,11 @@ type Route struct {
 	Name string
 	// Index is the position of the route in its virtual host's routes.
 	Index int
+	// ID is the route's position among every route of its Router that can
+	// match (virtual hosts in order, then their routes in order): 0 <= ID <
+	// len(Router.Routes()). Per-route data precomputed by users of the
+	// Router (such as HTTP filter steps) is indexed by it.
+	ID int
 	// Action is the kind of the route's action. Only ActionNonForwarding lets
 	// an RPC through on a server; the server fails the others with
 	// UNAVAILABLE (gRFC A36).
@@ -85,6 +90,7 @@ type Router struct {
 	vhosts  []virtualHost
 	domains domainIndex
 	failing []*Route // routes whose action is not non_forwarding_action
+	all     []*Route // every route that can match, by ID
 	// randN returns a uniform number in [0, n); nil means rand.Uint64N. Tests
 	// set it through export_test.go.
 	randN func(n uint64) uint64
@@ -129,6 +135,10 @@ func (r *Router) Name() string { return r.name }
 // while a configuration has such routes ("configuration error logging"). The
 // slice and routes belong to the Router and must not be modified.
 func (r *Router) FailingRoutes() []*Route { return r.failing }
+
+// Routes returns every route that can match, indexed by Route.ID. The slice
+// and routes belong to the Router and must not be modified.
+func (r *Router) Routes() []*Route { return r.all }
 
 // Match picks the virtual host by authority and then the first route of it
 // that matches path and h (which may be nil: no metadata). ok is false when
