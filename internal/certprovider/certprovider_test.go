@@ -1,0 +1,121 @@
+package certprovider_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/proxyless-grpc/xds/bootstrap"
+	"github.com/proxyless-grpc/xds/internal/certprovider"
+	"github.com/proxyless-grpc/xds/internal/testutils"
+	"github.com/proxyless-grpc/xds/internal/testutils/testcerts"
+)
+
+func TestMain(m *testing.M) { testutils.VerifyNoLeaks(m) }
+
+const refresh = 20 * time.Millisecond
+
+// waitFor polls cond for up to 5 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func serialOf(t *testing.T, h *certprovider.Handle) string {
+	t.Helper()
+	km, err := h.KeyMaterial()
+	if err != nil {
+		t.Fatalf("KeyMaterial() failed: %v", err)
+	}
+	if len(km.Certs) != 1 || km.Certs[0].Leaf == nil {
+		t.Fatalf("KeyMaterial() has %d certificates, want 1 with its leaf", len(km.Certs))
+	}
+	return km.Certs[0].Leaf.SerialNumber.String()
+}
+
+// TestShareAndRelease: one provider per configuration, stopped with the last
+// reference.
+func TestShareAndRelease(t *testing.T) {
+	ca := testcerts.NewCA(t, "ca")
+	f := testcerts.WriteFiles(t, t.TempDir(), ca.Issue(t, testcerts.LeafOptions{CommonName: "a"}), ca.PEM)
+	s := certprovider.NewStore(nil)
+	cfg := bootstrap.FileWatcherConfig{CertificateFile: f.Cert, PrivateKeyFile: f.Key, CACertificateFile: f.CA, RefreshInterval: time.Hour}
+	h1 := s.Get(cfg)
+	h2 := s.Get(cfg)
+	other := s.Get(bootstrap.FileWatcherConfig{CACertificateFile: f.CA, RefreshInterval: time.Hour})
+	if got := s.Running(); got != 2 {
+		t.Errorf("Running() = %d, want 2", got)
+	}
+	km, err := h1.KeyMaterial()
+	if err != nil || len(km.Certs) != 1 || km.Roots == nil {
+		t.Fatalf("KeyMaterial() = %+v, %v; want a certificate and roots", km, err)
+	}
+	if km2, _ := h2.KeyMaterial(); km2 != km {
+		t.Error("two handles of one configuration see different key material, want one shared provider")
+	}
+	if km, _ := other.KeyMaterial(); len(km.Certs) != 0 || km.Roots == nil {
+		t.Errorf("roots-only provider: %d certificates, roots %v; want none and roots", len(km.Certs), km.Roots)
+	}
+	h1.Release()
+	h1.Release() // no effect
+	if got := s.Running(); got != 2 {
+		t.Errorf("after one of two releases, Running() = %d, want 2", got)
+	}
+	h2.Release()
+	other.Release()
+	if got := s.Running(); got != 0 {
+		t.Errorf("after every release, Running() = %d, want 0", got)
+	}
+}
+
+// TestRotation: new files are picked up within the refresh interval; a
+// half-done rotation (cert and key that do not match) keeps the previous
+// pair; missing files at start are an error until they appear.
+func TestRotation(t *testing.T) {
+	ca := testcerts.NewCA(t, "ca")
+	dir := t.TempDir()
+	first := ca.Issue(t, testcerts.LeafOptions{CommonName: "first"})
+	f := testcerts.WriteFiles(t, dir, first, ca.PEM)
+	s := certprovider.NewStore(func(string, ...any) {})
+	h := s.Get(bootstrap.FileWatcherConfig{CertificateFile: f.Cert, PrivateKeyFile: f.Key, CACertificateFile: f.CA, RefreshInterval: refresh})
+	defer h.Release()
+	if got, want := serialOf(t, h), first.Cert.SerialNumber.String(); got != want {
+		t.Fatalf("serial = %s, want %s", got, want)
+	}
+
+	// Only the certificate changes: it does not match the key.
+	second := ca.Issue(t, testcerts.LeafOptions{CommonName: "second"})
+	if err := os.WriteFile(f.Cert, second.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * refresh)
+	if got, want := serialOf(t, h), first.Cert.SerialNumber.String(); got != want {
+		t.Fatalf("after a mismatched certificate, serial = %s, want the previous %s", got, want)
+	}
+	testcerts.WriteFiles(t, dir, second, nil)
+	waitFor(t, "the rotated certificate", func() bool { return serialOf(t, h) == second.Cert.SerialNumber.String() })
+}
+
+func TestMissingFiles(t *testing.T) {
+	ca := testcerts.NewCA(t, "ca")
+	dir := t.TempDir()
+	s := certprovider.NewStore(nil)
+	h := s.Get(bootstrap.FileWatcherConfig{CertificateFile: filepath.Join(dir, "cert.pem"), PrivateKeyFile: filepath.Join(dir, "key.pem"), RefreshInterval: refresh})
+	defer h.Release()
+	if _, err := h.KeyMaterial(); err == nil {
+		t.Fatal("KeyMaterial() with missing files succeeded, want an error")
+	}
+	leaf := ca.Issue(t, testcerts.LeafOptions{CommonName: "late"})
+	testcerts.WriteFiles(t, dir, leaf, nil)
+	waitFor(t, "the files to be read", func() bool { _, err := h.KeyMaterial(); return err == nil })
+	if got, want := serialOf(t, h), leaf.Cert.SerialNumber.String(); got != want {
+		t.Errorf("serial = %s, want %s", got, want)
+	}
+}

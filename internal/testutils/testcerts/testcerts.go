@@ -1,0 +1,178 @@
+// Package testcerts makes certificate authorities and certificates at test
+// time (ECDSA P-256, crypto/x509), so that no key or certificate is committed.
+// Only tests import it.
+package testcerts
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// CA is a self-signed certificate authority.
+type CA struct {
+	Cert *x509.Certificate
+	Key  *ecdsa.PrivateKey
+	// PEM is the CA certificate in PEM form (a ca_certificate_file).
+	PEM []byte
+	// Pool holds the CA certificate.
+	Pool *x509.CertPool
+}
+
+// NewCA returns a new CA named name, valid for an hour.
+func NewCA(t testing.TB, name string) *CA {
+	t.Helper()
+	key := newKey(t)
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(t),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             time.Now().Add(-time.Minute),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatalf("testcerts: creating CA %q: %v", name, err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatalf("testcerts: parsing CA %q: %v", name, err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &CA{Cert: cert, Key: key, PEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), Pool: pool}
+}
+
+// Leaf is a certificate issued by a CA, with its key.
+type Leaf struct {
+	Cert    *x509.Certificate
+	CertPEM []byte // a certificate_file
+	KeyPEM  []byte // a private_key_file
+	TLS     tls.Certificate
+}
+
+// LeafOptions describe a certificate to issue. It is valid for both server
+// and client authentication.
+type LeafOptions struct {
+	CommonName string
+	DNSNames   []string
+	URIs       []string // e.g. "spiffe://example.org/client"
+	IPs        []string
+}
+
+// Issue returns a certificate signed by ca, valid for an hour.
+func (ca *CA) Issue(t testing.TB, o LeafOptions) *Leaf {
+	t.Helper()
+	key := newKey(t)
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(t),
+		Subject:      pkix.Name{CommonName: o.CommonName},
+		NotBefore:    time.Now().Add(-time.Minute),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:     o.DNSNames,
+	}
+	for _, u := range o.URIs {
+		pu, err := url.Parse(u)
+		if err != nil {
+			t.Fatalf("testcerts: URI %q: %v", u, err)
+		}
+		tmpl.URIs = append(tmpl.URIs, pu)
+	}
+	for _, ip := range o.IPs {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, net.IP(mustAddr(t, ip)))
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
+	if err != nil {
+		t.Fatalf("testcerts: issuing %q: %v", o.CommonName, err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatalf("testcerts: encoding key: %v", err)
+	}
+	l := &Leaf{
+		CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		KeyPEM:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
+	}
+	if l.Cert, err = x509.ParseCertificate(der); err != nil {
+		t.Fatalf("testcerts: parsing %q: %v", o.CommonName, err)
+	}
+	if l.TLS, err = tls.X509KeyPair(l.CertPEM, l.KeyPEM); err != nil {
+		t.Fatalf("testcerts: key pair %q: %v", o.CommonName, err)
+	}
+	return l
+}
+
+// Files are the paths of a file_watcher's files.
+type Files struct {
+	Cert, Key, CA string
+}
+
+// WriteFiles writes leaf (if not nil) and the roots (if not nil) into dir as
+// cert.pem, key.pem and ca.pem, each replaced atomically (write, then
+// rename), as a certificate rotation should be done.
+func WriteFiles(t testing.TB, dir string, leaf *Leaf, roots []byte) Files {
+	t.Helper()
+	f := Files{Cert: filepath.Join(dir, "cert.pem"), Key: filepath.Join(dir, "key.pem"), CA: filepath.Join(dir, "ca.pem")}
+	if leaf != nil {
+		writeAtomic(t, f.Key, leaf.KeyPEM)
+		writeAtomic(t, f.Cert, leaf.CertPEM)
+	}
+	if roots != nil {
+		writeAtomic(t, f.CA, roots)
+	}
+	return f
+}
+
+func writeAtomic(t testing.TB, path string, data []byte) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		t.Fatalf("testcerts: %v", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatalf("testcerts: %v", err)
+	}
+}
+
+func newKey(t testing.TB) *ecdsa.PrivateKey {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatalf("testcerts: generating key: %v", err)
+	}
+	return key
+}
+
+func serial(t testing.TB) *big.Int {
+	t.Helper()
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		t.Fatalf("testcerts: serial: %v", err)
+	}
+	return n
+}
+
+func mustAddr(t testing.TB, s string) []byte {
+	t.Helper()
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		t.Fatalf("testcerts: IP %q: %v", s, err)
+	}
+	return a.AsSlice()
+}
