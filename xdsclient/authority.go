@@ -3,6 +3,7 @@ package xdsclient
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/proxyless-grpc/xds/bootstrap"
@@ -51,8 +52,11 @@ type resourceState struct {
 	from        *xdsChannel  // the channel data came from
 	version     string       // version_info of the response that carried data
 	lastUpdated time.Time
-	nack        *UpdateErrorState // set while status is StatusNACKed
-	lastErr     error             // the error of the last ResourceError, replayed to new watchers
+	// errState is the last failed update (UpdateErrorState): set by a
+	// NACKed response that carried the resource, valid or not, and by a
+	// server-sent error; cleared by an accepted response carrying it.
+	errState *UpdateErrorState
+	lastErr  error // the error of the last ResourceError, replayed to new watchers
 
 	timer    *time.Timer // does-not-exist timer; nil when not running
 	timerCh  *xdsChannel // the channel whose send started the timer
@@ -61,9 +65,10 @@ type resourceState struct {
 }
 
 // cached reports whether the resource counts as cached for gRFC A71: a value
-// was received, or it is known not to exist.
+// was received, it is known not to exist, or the server answered with an
+// error for it.
 func (s *resourceState) cached() bool {
-	return s.data != nil || s.status == StatusDoesNotExist
+	return s.data != nil || s.status == StatusDoesNotExist || s.status == StatusReceivedError
 }
 
 func (s *resourceState) stopTimer() {
@@ -160,10 +165,10 @@ func replay(s *resourceState, e *watcherEntry) {
 	switch {
 	case s.data != nil:
 		e.deliverData(s.data, nil)
-		if s.status == StatusNACKed && s.lastErr != nil {
+		if (s.status == StatusNACKed || s.status == StatusReceivedError) && s.lastErr != nil {
 			e.deliverError(false, s.lastErr, nil)
 		}
-	case s.lastErr != nil && (s.status == StatusDoesNotExist || s.status == StatusNACKed):
+	case s.lastErr != nil && s.status != StatusRequested && s.status != StatusACKed:
 		e.deliverError(true, s.lastErr, nil)
 	}
 }
@@ -217,7 +222,7 @@ func (c *Client) startTimers(ch *xdsChannel, gen uint64, typeURL string, names [
 			s.timerSeq++
 			seq := s.timerSeq
 			s.timerCh = ch
-			s.timer = time.AfterFunc(c.opts.WatchExpiryTimeout, func() {
+			s.timer = time.AfterFunc(c.expiryTimeout(ch.server), func() {
 				c.serializer.TrySchedule(func(context.Context) { c.handleTimerFired(s, seq) })
 			})
 		}
@@ -234,10 +239,35 @@ func (c *Client) handleTimerFired(s *resourceState, seq uint64) {
 	if s.cached() || s.status != StatusRequested {
 		return
 	}
+	server := s.timerCh.server
 	s.status = StatusDoesNotExist
-	s.lastErr = &Error{Kind: KindDoesNotExist, TypeName: s.rt.TypeName, Name: s.name, Server: s.timerCh.server.ServerURI, NodeID: c.nodeID,
-		Err: fmt.Errorf("not received within %v of the request", c.opts.WatchExpiryTimeout)}
+	kind := KindDoesNotExist
+	if timerIsTransient(server) {
+		s.status, kind = StatusTimeout, KindTimeout
+	}
+	s.lastErr = &Error{Kind: kind, TypeName: s.rt.TypeName, Name: s.name, Server: server.ServerURI, NodeID: c.nodeID,
+		Err: fmt.Errorf("not received within %v of the request", c.expiryTimeout(server))}
 	s.notifyError(true, s.lastErr, nil)
+}
+
+// ServerFeatureResourceTimerIsTransientError is the server feature of gRFC
+// A88 that makes the does-not-exist timer a slow-server timer: it runs twice
+// as long (30 s by default) and its expiry puts the resource in
+// StatusTimeout (an error of KindTimeout) instead of StatusDoesNotExist.
+const ServerFeatureResourceTimerIsTransientError = "resource_timer_is_transient_error"
+
+// timerIsTransient reports whether server has the gRFC A88
+// resource_timer_is_transient_error feature.
+func timerIsTransient(server *bootstrap.ServerConfig) bool {
+	return slices.Contains(server.ServerFeatures, ServerFeatureResourceTimerIsTransientError)
+}
+
+// expiryTimeout is the resource timer for subscriptions sent to server.
+func (c *Client) expiryTimeout(server *bootstrap.ServerConfig) time.Duration {
+	if timerIsTransient(server) {
+		return 2 * c.opts.WatchExpiryTimeout
+	}
+	return c.opts.WatchExpiryTimeout
 }
 
 // stopTimersOf stops the timers started by sends on ch; they start again

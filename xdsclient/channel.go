@@ -39,6 +39,7 @@ type xdsChannel struct {
 	users     map[*authority]struct{} // authorities whose chans include this channel
 	streamGen uint64                  // the stream the serializer knows to be up; 0 if none
 	failing   bool                    // the last stream ended before any response
+	connected bool                    // gRFC A78 grpc.xds_client.connected
 	closed    bool
 	types     map[string]*typeState // by type URL
 }
@@ -173,6 +174,9 @@ func (c *Client) handleStreamUp(ch *xdsChannel, gen uint64) {
 		return
 	}
 	ch.streamGen = gen
+	if !ch.failing {
+		ch.connected = true
+	}
 	typeURLs := make(map[string]bool)
 	for a := range ch.users {
 		for typeURL := range a.resources {
@@ -205,7 +209,10 @@ func (c *Client) handleStreamDown(ch *xdsChannel, err error, gotResponse bool) {
 		return
 	}
 	logger.Warningf("xdsclient: ADS stream to %q failed: %v [xds node id %q]", ch.server, err, c.nodeID)
-	ch.failing = true
+	if !ch.failing {
+		c.metrics.serverFailure(ch.server.ServerURI)
+	}
+	ch.failing, ch.connected = true, false
 	users := make([]*authority, 0, len(ch.users))
 	for a := range ch.users {
 		users = append(users, a)

@@ -30,6 +30,19 @@
 // means, and a watcher with no value learns the reason from the AmbientError
 // anyway. A stream closed after it received a response is not an error.
 //
+// # CSDS and metrics
+//
+// Dump gives each watched resource's cache state as gRFC A40 and A88 define
+// it (REQUESTED, ACKED, NACKED, DOES_NOT_EXIST, TIMEOUT, RECEIVED_ERROR),
+// the value as received, and the error state of the last failed update. As
+// in gRFC A40's "continue after first error" example, the error of a
+// rejected response is recorded on every resource it carried: the rejected
+// ones (NACKED) and the valid ones, which are applied (gRFC A46) and stay
+// ACKED with the response's error state until an accepted response carries
+// them again. Clients lists every client of the process, whichever Pool made
+// it, for CSDS. With Options.MeterProvider the client records the gRFC A78
+// metrics.
+//
 // # Caveats
 //
 //   - Whether a cancel function, Close or Dump runs inside a watcher callback
@@ -39,12 +52,15 @@
 //   - Connections are opened on the first watch of a resource served by the
 //     server and stay open until Close (gRFC A47 allows either), except
 //     fallback connections, closed when the primary answers again.
-//   - A NACK's error state (CSDS) is recorded on the rejected resources only,
-//     not on every resource of the response as gRFC A40's example shows:
-//     valid resources of the response are applied (gRFC A46).
 //   - A deletion ignored under ignore_resource_deletion (gRFC A53) leaves the
 //     resource ACKED in Dump; gRFC A88's DOES_NOT_EXIST-but-cached state is
 //     not implemented.
+//   - Of gRFC A88, the client implements the TIMEOUT and RECEIVED_ERROR
+//     states, xRFC TP3 resource_errors in State-of-the-World responses and
+//     the resource_timer_is_transient_error server feature, without the
+//     GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING guard. Not implemented:
+//     fail_on_data_errors (a data error never drops a cached value, except
+//     a Listener or Cluster deletion, as before A88).
 package xdsclient
 
 import (
@@ -58,6 +74,7 @@ import (
 	"github.com/proxyless-grpc/xds/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/backoff"
 	"github.com/proxyless-grpc/xds/internal/syncutil"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc/grpclog"
 )
 
@@ -82,15 +99,28 @@ type Options struct {
 	// Backoff returns the delay before reconnecting after retries failed
 	// stream attempts (0-based). Nil means backoff.DefaultExponential.Backoff.
 	Backoff func(retries int) time.Duration
+
+	// MeterProvider receives the client's metrics (gRFC A78:
+	// grpc.xds_client.resource_updates_valid, resource_updates_invalid,
+	// server_failure, connected and resources). Nil means no metrics. In a
+	// Pool, see Pool.GetWithMeterProvider for how a shared client's provider
+	// is chosen.
+	MeterProvider metric.MeterProvider
+
+	// Scope names the client's users: it is the client_scope of its CSDS
+	// ClientConfig (gRFC A71) and the grpc.target attribute of its metrics
+	// (gRFC A78). Empty means DefaultScope ("#server").
+	Scope string
 }
 
 // Client is an xDS client for one bootstrap configuration. Create one with
 // New or get a shared one from a Pool. All methods are safe for concurrent
 // use.
 type Client struct {
-	cfg    *bootstrap.Config // immutable
-	opts   Options           // immutable, defaults filled in
-	nodeID string            // immutable
+	cfg     *bootstrap.Config // immutable
+	opts    Options           // immutable, defaults filled in
+	nodeID  string            // immutable
+	metrics *clientMetrics    // immutable; nil without a MeterProvider
 
 	serializer    *syncutil.CallbackSerializer // immutable; owns the state below
 	serializerGID uint64                       // immutable after New: the serializer's goroutine
@@ -120,6 +150,9 @@ func New(cfg *bootstrap.Config, opts Options) (*Client, error) {
 	if opts.Backoff == nil {
 		opts.Backoff = backoff.DefaultExponential.Backoff
 	}
+	if opts.Scope == "" {
+		opts.Scope = DefaultScope
+	}
 	c := &Client{
 		cfg:         cfg,
 		opts:        opts,
@@ -142,6 +175,7 @@ func New(cfg *bootstrap.Config, opts Options) (*Client, error) {
 	gid := make(chan uint64, 1)
 	c.serializer.TrySchedule(func(context.Context) { gid <- goroutineID() })
 	c.serializerGID = <-gid
+	c.metrics = newClientMetrics(c, opts.MeterProvider, opts.Scope)
 	registerClient(c)
 	return c, nil
 }
@@ -161,6 +195,10 @@ func (c *Client) registerType(rt *ResourceType) error {
 
 // BootstrapConfig returns the configuration the client was created with.
 func (c *Client) BootstrapConfig() *bootstrap.Config { return c.cfg }
+
+// Scope returns the client's Options.Scope ("#server" unless set): the
+// client_scope of its CSDS dump (gRFC A71).
+func (c *Client) Scope() string { return c.opts.Scope }
 
 // onSerializer reports whether the caller runs on the client's serializer
 // goroutine (inside a watcher callback, for instance).
@@ -185,6 +223,7 @@ func (c *Client) Close() {
 		return
 	}
 	unregisterClient(c)
+	c.metrics.close()
 	done := make(chan struct{})
 	shutdown := func(context.Context) {
 		for _, ch := range c.channels {

@@ -9,18 +9,26 @@ import (
 )
 
 // ResourceStatus is the cache state of a resource, as CSDS reports it
-// (gRFC A40). A resource starts Requested; it becomes ACKed when a valid
-// value arrives, NACKed when a value is rejected (the last valid value, if
-// any, is kept), and DoesNotExist when its timer fires or a
+// (gRFC A40, A88). A resource starts Requested; it becomes ACKed when a
+// valid value arrives, NACKed when a value is rejected (the last valid
+// value, if any, is kept), DoesNotExist when its timer fires or a
 // State-of-the-World response no longer carries it (unless deletions are
-// ignored, gRFC A53: it then stays ACKed). Any state can go to ACKed.
+// ignored, gRFC A53: it then stays ACKed), Timeout instead of DoesNotExist
+// when its timer fires and the server has the
+// "resource_timer_is_transient_error" feature, and ReceivedError when the
+// management server sends an error for it (xRFC TP3 resource_errors; the
+// last valid value, if any, is kept). Any state can go to ACKed.
 type ResourceStatus int
 
+// The values of ResourceStatus; each maps to the CSDS ClientResourceStatus
+// of the same name.
 const (
 	StatusRequested ResourceStatus = iota + 1
 	StatusDoesNotExist
 	StatusACKed
 	StatusNACKed
+	StatusReceivedError
+	StatusTimeout
 )
 
 // String returns the CSDS name of the status.
@@ -34,19 +42,27 @@ func (s ResourceStatus) String() string {
 		return "ACKED"
 	case StatusNACKed:
 		return "NACKED"
+	case StatusReceivedError:
+		return "RECEIVED_ERROR"
+	case StatusTimeout:
+		return "TIMEOUT"
 	default:
 		return "UNKNOWN"
 	}
 }
 
-// UpdateErrorState describes the last rejected update of a resource
-// (gRFC A40, envoy.admin.v3.UpdateFailureState).
+// UpdateErrorState describes the last failed update of a resource (gRFC
+// A40, envoy.admin.v3.UpdateFailureState): a rejected (NACKed) response
+// that carried the resource, or an error the management server sent for it
+// (xRFC TP3).
 type UpdateErrorState struct {
-	// Version is the version_info of the rejected response.
+	// Version is the version_info of the failed response.
 	Version string
-	// Reason is why the resource was rejected.
+	// Reason is why the response was rejected: every problem found in it,
+	// not only those of this resource (gRFC A40 attaches the error to every
+	// resource of the response), or the error the server sent.
 	Reason string
-	// Time is when it was rejected.
+	// Time is when the response was handled.
 	Time time.Time
 }
 
@@ -63,8 +79,15 @@ type ResourceDump struct {
 	Raw *anypb.Any
 	// LastUpdated is when Raw was received.
 	LastUpdated time.Time
-	Status      ResourceStatus
-	// Error is set when Status is StatusNACKed.
+	// Status is the cache state.
+	Status ResourceStatus
+	// Error is the last failed update. It is set when Status is
+	// StatusNACKed or StatusReceivedError, and also when Status is
+	// StatusACKed if the response that carried the accepted value was
+	// rejected because of other resources (gRFC A40 "continue after first
+	// error": valid resources of a NACKed response are applied, gRFC A46,
+	// and show the response's error state). The next accepted response
+	// that carries the resource clears it.
 	Error *UpdateErrorState
 }
 
@@ -103,8 +126,8 @@ func (c *Client) dumpResources() []ResourceDump {
 					LastUpdated: s.lastUpdated,
 					Status:      s.status,
 				}
-				if s.nack != nil {
-					e := *s.nack
+				if s.errState != nil {
+					e := *s.errState
 					d.Error = &e
 				}
 				out = append(out, d)

@@ -1,6 +1,7 @@
 package xdsclient_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -11,7 +12,9 @@ import (
 )
 
 // Dump reports REQUESTED, ACKED, NACKED (with the error state and the last
-// good value) and DOES_NOT_EXIST (gRFC A40).
+// good value) and DOES_NOT_EXIST (gRFC A40); the error state of a NACKed
+// response is also on the valid resources it carried, and an accepted
+// response clears it (A40 "continue after first error").
 func TestDumpStatuses(t *testing.T) {
 	ctx := testContext(t)
 	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
@@ -65,14 +68,19 @@ func TestDumpStatuses(t *testing.T) {
 	check("deleted", xdsclient.StatusDoesNotExist, "", nil)
 	check("requested", xdsclient.StatusRequested, "", nil)
 
-	e := got["nacked"].Error
-	if e == nil || e.Version != "2" || e.Reason == "" || e.Time.Before(before) {
-		t.Errorf("nacked: error state %+v, want version 2, a reason and a recent time", e)
+	for _, name := range []string{"nacked", "acked"} {
+		e := got[name].Error
+		if e == nil || e.Version != "2" || !strings.Contains(e.Reason, "nacked: listener_filters are not supported") || e.Time.Before(before) {
+			t.Errorf("%s: error state %+v, want version 2, the reason of the NACK and a recent time", name, e)
+		}
 	}
-	for _, name := range []string{"acked", "deleted", "requested"} {
+	for _, name := range []string{"deleted", "requested"} {
 		if got[name].Error != nil {
 			t.Errorf("%s: error state %+v, want none", name, got[name].Error)
 		}
+	}
+	if *got["acked"].Error != *got["nacked"].Error {
+		t.Errorf("error states differ: acked %+v, nacked %+v; want the response's on both", got["acked"].Error, got["nacked"].Error)
 	}
 	if got["acked"].LastUpdated.Before(before) {
 		t.Errorf("acked: last updated %v, want after %v", got["acked"].LastUpdated, before)
@@ -80,9 +88,39 @@ func TestDumpStatuses(t *testing.T) {
 	for s, want := range map[xdsclient.ResourceStatus]string{
 		xdsclient.StatusRequested: "REQUESTED", xdsclient.StatusACKed: "ACKED",
 		xdsclient.StatusNACKed: "NACKED", xdsclient.StatusDoesNotExist: "DOES_NOT_EXIST",
+		xdsclient.StatusTimeout: "TIMEOUT", xdsclient.StatusReceivedError: "RECEIVED_ERROR",
 	} {
 		if s.String() != want {
 			t.Errorf("%d.String() = %q, want %q", s, s.String(), want)
+		}
+	}
+}
+
+// An accepted response clears the error state of the resources it carries;
+// a resource it does not carry keeps its NACK (gRFC A40's example).
+func TestDumpErrorStateClearedByACK(t *testing.T) {
+	ctx := testContext(t)
+	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
+	c := newClient(t, e2e.BootstrapOptions{ServerURIs: []string{ms.Address}}, xdsclient.Options{})
+	a, b := testListener("a", 1), testListener("b", 2)
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{a, b}})
+	wa, wb := newTestWatcher(), newTestWatcher()
+	defer c.WatchResource(listenerType, "a", wa)()
+	defer c.WatchResource(listenerType, "b", wb)()
+	wa.wantData(ctx, t, a)
+	wb.wantData(ctx, t, b)
+
+	a2 := testListener("a", 3)
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{a2, badListener("b")}})
+	wa.wantData(ctx, t, a2)
+	wb.wantError(ctx, t, "ambient", xdsclient.KindNACK)
+	b3 := testListener("b", 4)
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{a2, b3}})
+	wb.wantData(ctx, t, b3)
+
+	for _, d := range c.Dump() {
+		if d.Status != xdsclient.StatusACKed || d.Version != "3" || d.Error != nil {
+			t.Errorf("%s: status %v version %q error %+v, want ACKED, version 3, no error state", d.Name, d.Status, d.Version, d.Error)
 		}
 	}
 }

@@ -35,6 +35,14 @@ const (
 	// KindUnknownAuthority: an xdstp name names an authority that the
 	// bootstrap does not list (gRFC A47).
 	KindUnknownAuthority
+	// KindTimeout: the resource did not arrive before its timer fired and
+	// the server has the gRFC A88 resource_timer_is_transient_error
+	// feature: the server is slow rather than the resource missing.
+	KindTimeout
+	// KindReceivedError: the management server sent an error for the
+	// resource instead of the resource (xRFC TP3 resource_errors, gRFC A88).
+	// Err is the status it sent (read it with status.FromError).
+	KindReceivedError
 )
 
 // String returns the kind's name.
@@ -50,6 +58,10 @@ func (k ErrorKind) String() string {
 		return "bad-name"
 	case KindUnknownAuthority:
 		return "unknown-authority"
+	case KindTimeout:
+		return "timeout"
+	case KindReceivedError:
+		return "received-error"
 	default:
 		return fmt.Sprintf("ErrorKind(%d)", int(k))
 	}
@@ -87,6 +99,10 @@ func (e *Error) Error() string {
 		fmt.Fprintf(&b, "invalid %s resource name %q", e.TypeName, e.Name)
 	case KindUnknownAuthority:
 		fmt.Fprintf(&b, "%s resource name %q names an authority missing from the bootstrap", e.TypeName, e.Name)
+	case KindTimeout:
+		fmt.Fprintf(&b, "%s resource %q was not received in time", e.TypeName, e.Name)
+	case KindReceivedError:
+		fmt.Fprintf(&b, "management server reported an error for %s resource %q", e.TypeName, e.Name)
 	default:
 		fmt.Fprintf(&b, "%s resource %q: %v", e.TypeName, e.Name, e.Kind)
 	}

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/proxyless-grpc/xds/bootstrap"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Pool shares clients between users of the same bootstrap configuration:
@@ -37,6 +38,21 @@ var DefaultPool = NewPool(Options{})
 // goroutines to exit, so it must not be called from a watcher callback of
 // that client if the caller needs that guarantee (see Client.Close).
 func (p *Pool) Get(cfg *bootstrap.Config) (c *Client, release func(), err error) {
+	return p.GetWithMeterProvider(cfg, nil)
+}
+
+// GetWithMeterProvider is Get for a user with its own metrics destination:
+// a client that this call creates reports its metrics to mp, unless the
+// pool's Options have a MeterProvider, which always wins. A client is shared
+// by every user of its bootstrap configuration, and its metrics go to one
+// provider only: the one chosen when it was created (the first user's). A
+// later call with another provider gets the same client, without metrics in
+// its own provider; use a separate Pool per provider to keep them apart.
+//
+// # Experimental
+//
+// This method may change or be removed in a later release.
+func (p *Pool) GetWithMeterProvider(cfg *bootstrap.Config, mp metric.MeterProvider) (c *Client, release func(), err error) {
 	if cfg == nil {
 		return nil, nil, errNoConfig
 	}
@@ -44,7 +60,11 @@ func (p *Pool) Get(cfg *bootstrap.Config) (c *Client, release func(), err error)
 	p.mu.Lock()
 	e := p.clients[key]
 	if e == nil {
-		c, err := New(cfg, p.opts)
+		opts := p.opts
+		if opts.MeterProvider == nil {
+			opts.MeterProvider = mp
+		}
+		c, err := New(cfg, opts)
 		if err != nil {
 			p.mu.Unlock()
 			return nil, nil, err

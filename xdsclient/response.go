@@ -34,6 +34,7 @@ func (c *Client) handleResponse(ch *xdsChannel, gen uint64, resp *discoverypb.Di
 		return
 	}
 	ch.failing = false
+	ch.connected = true
 	c.switchBack(ch)
 
 	typeURL := resp.GetTypeUrl()
@@ -41,13 +42,23 @@ func (c *Client) handleResponse(ch *xdsChannel, gen uint64, resp *discoverypb.Di
 	ts.nonce = resp.GetNonce()
 	rt := c.types[typeURL]
 	if rt == nil {
+		c.metrics.updates(ch.server.ServerURI, typeSuffix(typeURL), 0, int64(len(resp.GetResources())))
 		c.nack(ch, ts, typeURL, resp, []string{fmt.Sprintf("unknown resource type %q", typeURL)})
 		return
 	}
-	results, errs := c.decodeAll(ch, rt, resp)
+	results, valid, errs := c.decodeAll(ch, rt, resp)
+	c.metrics.updates(ch.server.ServerURI, rt.typeSuffix(), int64(valid), int64(len(errs)))
 	now := time.Now()
+	// gRFC A40 "continue after first error": the error of a rejected
+	// response is recorded on every resource it carried, valid or not.
+	var rejected *UpdateErrorState
+	if len(errs) > 0 {
+		rejected = &UpdateErrorState{Version: resp.GetVersionInfo(), Reason: strings.Join(errs, "; "), Time: now}
+	}
+	u := update{ch: ch, rt: rt, version: resp.GetVersionInfo(), results: results, rejected: rejected, now: now, fc: fc}
 	for a := range ch.users {
-		c.apply(a, ch, rt, resp.GetVersionInfo(), results, now, fc)
+		c.apply(a, u)
+		c.applyResourceErrors(a, u, resp.GetResourceErrors())
 	}
 	if len(errs) > 0 {
 		c.nack(ch, ts, typeURL, resp, errs)
@@ -55,6 +66,17 @@ func (c *Client) handleResponse(ch *xdsChannel, gen uint64, resp *discoverypb.Di
 	}
 	ts.version = resp.GetVersionInfo()
 	ch.enqueue(typeURL, ts.version, ts.nonce, ch.subscribedNames(typeURL), nil)
+}
+
+// update is one decoded response, as apply needs it.
+type update struct {
+	ch       *xdsChannel
+	rt       *ResourceType
+	version  string
+	results  map[string]decoded // by canonical name
+	rejected *UpdateErrorState  // nil when the response is ACKed
+	now      time.Time
+	fc       *flowControl
 }
 
 // nack sends a NACK: the last accepted version, the response's nonce and an
@@ -68,11 +90,11 @@ func (c *Client) nack(ch *xdsChannel, ts *typeState, typeURL string, resp *disco
 }
 
 // decodeAll decodes every resource of resp, continuing after errors (gRFC
-// A40). results is keyed by canonical name; errs has one "name: reason"
-// entry per failed resource. Only called from serializer callbacks.
-func (c *Client) decodeAll(ch *xdsChannel, rt *ResourceType, resp *discoverypb.DiscoveryResponse) (map[string]decoded, []string) {
-	results := make(map[string]decoded, len(resp.GetResources()))
-	var errs []string
+// A40). results is keyed by canonical name; valid counts the resources that
+// decoded; errs has one "name: reason" entry per failed resource. Only
+// called from serializer callbacks.
+func (c *Client) decodeAll(ch *xdsChannel, rt *ResourceType, resp *discoverypb.DiscoveryResponse) (results map[string]decoded, valid int, errs []string) {
+	results = make(map[string]decoded, len(resp.GetResources()))
 	for i, raw := range resp.GetResources() {
 		name, d := c.decodeOne(ch, rt, raw)
 		if name == "" {
@@ -84,10 +106,12 @@ func (c *Client) decodeAll(ch *xdsChannel, rt *ResourceType, resp *discoverypb.D
 		}
 		if d.err != nil {
 			errs = append(errs, fmt.Sprintf("%s: %v", name, d.err))
+		} else {
+			valid++
 		}
 		results[name] = d
 	}
-	return results, errs
+	return results, valid, errs
 }
 
 // decodeOne decodes one resource; name is canonical, or "" if unknown.
@@ -118,6 +142,9 @@ func (c *Client) decodeOne(ch *xdsChannel, rt *ResourceType, raw *anypb.Any) (st
 	return canonicalOrEmpty(name), decoded{data: data, raw: raw, err: err}
 }
 
+// typeSuffix is ResourceType.typeSuffix for a bare type URL.
+func typeSuffix(typeURL string) string { return (&ResourceType{TypeURL: typeURL}).typeSuffix() }
+
 func canonicalOrEmpty(name string) string {
 	if name == "" {
 		return ""
@@ -129,51 +156,81 @@ func canonicalOrEmpty(name string) string {
 	return rn.canonical
 }
 
-// apply updates the resources of a with the decoded results of a response of
-// type rt. Only called from serializer callbacks.
-func (c *Client) apply(a *authority, ch *xdsChannel, rt *ResourceType, version string, results map[string]decoded, now time.Time, fc *flowControl) {
-	for name, s := range a.resources[rt.TypeURL] {
-		d, ok := results[name]
+// apply updates the resources of a with the decoded results of a response.
+// Only called from serializer callbacks.
+func (c *Client) apply(a *authority, u update) {
+	for name, s := range a.resources[u.rt.TypeURL] {
+		d, ok := u.results[name]
 		switch {
 		case !ok:
-			if rt.AllResourcesRequiredInSotW {
-				c.applyAbsent(a, ch, s, fc)
+			if u.rt.AllResourcesRequiredInSotW {
+				c.applyAbsent(a, u.ch, s, u.fc)
 			}
 		case d.err != nil:
 			s.stopTimer()
-			c.applyNACK(ch, s, version, d.err, now, fc)
+			c.applyNACK(s, u, d.err)
 		default:
 			s.stopTimer()
-			c.applyGood(s, ch, version, d, now, fc)
+			c.applyGood(s, u, d)
 		}
 	}
 }
 
 // applyGood stores an accepted value and tells the watchers if it changed.
-// Only called from serializer callbacks.
-func (c *Client) applyGood(s *resourceState, ch *xdsChannel, version string, d decoded, now time.Time, fc *flowControl) {
+// The error state is the response's: nil when it was ACKed. Only called
+// from serializer callbacks.
+func (c *Client) applyGood(s *resourceState, u update, d decoded) {
 	if s.ignored {
 		logger.Infof("xdsclient: %s resource %q is back after its deletion was ignored [xds node id %q]", s.rt.TypeName, s.name, c.nodeID)
 		s.ignored = false
 	}
 	changed := s.data == nil || !s.data.Equal(d.data)
-	s.status, s.nack, s.lastErr = StatusACKed, nil, nil
-	s.version, s.raw, s.lastUpdated, s.from = version, d.raw, now, ch
+	s.status, s.errState, s.lastErr = StatusACKed, u.rejected, nil
+	s.version, s.raw, s.lastUpdated, s.from = u.version, d.raw, u.now, u.ch
 	if !changed {
 		return
 	}
 	s.data = d.data
-	s.notifyData(fc)
+	s.notifyData(u.fc)
 }
 
 // applyNACK records a rejected resource. Watchers keep a cached value and
 // hear an AmbientError; without one they hear a ResourceError (gRFC A46,
 // A88). Only called from serializer callbacks.
-func (c *Client) applyNACK(ch *xdsChannel, s *resourceState, version string, cause error, now time.Time, fc *flowControl) {
+func (c *Client) applyNACK(s *resourceState, u update, cause error) {
 	s.status = StatusNACKed
-	s.nack = &UpdateErrorState{Version: version, Reason: cause.Error(), Time: now}
-	s.lastErr = &Error{Kind: KindNACK, TypeName: s.rt.TypeName, Name: s.name, Server: ch.server.ServerURI, NodeID: c.nodeID, Err: cause}
-	s.notifyError(s.data == nil, s.lastErr, fc)
+	s.errState = u.rejected
+	s.lastErr = &Error{Kind: KindNACK, TypeName: s.rt.TypeName, Name: s.name, Server: u.ch.server.ServerURI, NodeID: c.nodeID, Err: cause}
+	s.notifyError(s.data == nil, s.lastErr, u.fc)
+}
+
+// applyResourceErrors records the errors the server sent for resources of
+// a instead of the resources (xRFC TP3, gRFC A88): the timer stops, the
+// status becomes StatusReceivedError, and watchers keep a cached value and
+// hear an AmbientError or, without one, a ResourceError. An error for a
+// resource that the same response also carries is ignored. Only called
+// from serializer callbacks.
+func (c *Client) applyResourceErrors(a *authority, u update, errs []*discoverypb.ResourceError) {
+	for _, re := range errs {
+		name := canonicalOrEmpty(re.GetResourceName().GetName())
+		s := a.resources[u.rt.TypeURL][name]
+		if s == nil {
+			continue
+		}
+		if _, ok := u.results[name]; ok {
+			continue
+		}
+		s.stopTimer()
+		st := status.FromProto(re.GetErrorDetail())
+		if st.Code() == codes.OK {
+			st = status.New(codes.Unknown, "resource error without a status: "+st.Message())
+		}
+		s.status = StatusReceivedError
+		s.errState = &UpdateErrorState{Version: u.version, Reason: fmt.Sprintf("%v: %s", st.Code(), st.Message()), Time: u.now}
+		s.lastErr = &Error{Kind: KindReceivedError, TypeName: s.rt.TypeName, Name: s.name, Server: u.ch.server.ServerURI, NodeID: c.nodeID, Err: st.Err()}
+		logger.Warningf("xdsclient: management server %q sent an error for %s resource %q: %v [xds node id %q]", u.ch.server, s.rt.TypeName, s.name, st.Err(), c.nodeID)
+		s.notifyError(s.data == nil, s.lastErr, u.fc)
+	}
 }
 
 // applyAbsent handles a cached resource missing from a State-of-the-World
@@ -199,7 +256,7 @@ func (c *Client) applyAbsent(a *authority, ch *xdsChannel, s *resourceState, fc 
 		}
 		return
 	}
-	s.status, s.data, s.raw, s.version, s.nack, s.from = StatusDoesNotExist, nil, nil, "", nil, nil
+	s.status, s.data, s.raw, s.version, s.errState, s.from = StatusDoesNotExist, nil, nil, "", nil, nil
 	s.lastErr = &Error{Kind: KindDoesNotExist, TypeName: s.rt.TypeName, Name: s.name, Server: ch.server.ServerURI, NodeID: c.nodeID,
 		Err: errors.New("removed by the management server")}
 	s.notifyError(true, s.lastErr, fc)
