@@ -56,6 +56,10 @@ type chainServer struct {
 	// conns are the connections not yet closed, draining or not. Guarded by
 	// mu.
 	conns map[*trackedConn]struct{}
+
+	// sec holds the certificate providers of the chain's TLS configuration
+	// for the credentials (credentials.go); released by removeServer.
+	sec chainSecurity
 }
 
 // trackedConn is one connection of a chainServer and the grpc.Server that
@@ -280,6 +284,7 @@ func (lw *listenerWrapper) removeServer(cs *chainServer) {
 	lw.mu.Lock()
 	delete(lw.servers, cs)
 	lw.mu.Unlock()
+	cs.sec.release()
 }
 
 // errOneConnDone is what oneConnListener.Accept returns once its connection
