@@ -7,7 +7,6 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/rbac/audit_loggers/stream/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	_ "google.golang.org/grpc/credentials/tls/certprovider/pemfile"
 	_ "google.golang.org/grpc/credentials/xds"
 	_ "google.golang.org/grpc/xds"
