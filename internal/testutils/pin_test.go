@@ -6,8 +6,4 @@ package testutils
 import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/rbac/audit_loggers/stream/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
-	_ "google.golang.org/grpc/credentials/tls/certprovider/pemfile"
-	_ "google.golang.org/grpc/credentials/xds"
-	_ "google.golang.org/grpc/xds"
 )
