@@ -1,0 +1,163 @@
+package rbac
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	udpatypepb "github.com/cncf/xds/go/udpa/type/v1"
+	xdstypepb "github.com/cncf/xds/go/xds/type/v3"
+	rbacpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
+	streampb "github.com/envoyproxy/go-control-plane/envoy/extensions/rbac/audit_loggers/stream/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/proxyless-grpc/xds/audit"
+)
+
+// stdoutAuditLogType is the config type of the built-in stdout logger.
+var stdoutAuditLogType = string((&streampb.StdoutAuditLog{}).ProtoReflect().Descriptor().FullName())
+
+// auditOptions are compiled audit_logging_options (gRFC A59).
+type auditOptions struct {
+	onDeny, onAllow bool
+	loggers         []audit.Logger
+}
+
+func (a *auditOptions) enabled() bool { return len(a.loggers) > 0 && (a.onDeny || a.onAllow) }
+
+// wants reports whether a decision allowing (or not) the RPC is logged.
+func (a *auditOptions) wants(allow bool) bool {
+	if len(a.loggers) == 0 {
+		return false
+	}
+	if allow {
+		return a.onAllow
+	}
+	return a.onDeny
+}
+
+func compileAudit(o *rbacpb.RBAC_AuditLoggingOptions) (auditOptions, error) {
+	var a auditOptions
+	if o == nil {
+		return a, nil
+	}
+	switch o.GetAuditCondition() {
+	case rbacpb.RBAC_AuditLoggingOptions_NONE:
+	case rbacpb.RBAC_AuditLoggingOptions_ON_DENY:
+		a.onDeny = true
+	case rbacpb.RBAC_AuditLoggingOptions_ON_ALLOW:
+		a.onAllow = true
+	case rbacpb.RBAC_AuditLoggingOptions_ON_DENY_AND_ALLOW:
+		a.onDeny, a.onAllow = true, true
+	default:
+		return a, fmt.Errorf("audit_condition: unknown value %d, want NONE, ON_DENY, ON_ALLOW or ON_DENY_AND_ALLOW", int32(o.GetAuditCondition()))
+	}
+	for i, lc := range o.GetLoggerConfigs() {
+		l, err := buildLogger(lc)
+		if err != nil {
+			return a, fmt.Errorf("logger_configs[%d].%w", i, err)
+		}
+		if l != nil {
+			a.loggers = append(a.loggers, l)
+		}
+	}
+	return a, nil
+}
+
+// buildLogger builds one logger; nil (and no error) for an unsupported
+// optional one. gRFC A59: "The RBAC filter will be NACKed if the configured
+// logger types are not supported by gRPC", unless is_optional.
+func buildLogger(lc *rbacpb.RBAC_AuditLoggingOptions_AuditLoggerConfig) (audit.Logger, error) {
+	tc := lc.GetAuditLogger()
+	if tc == nil {
+		return nil, errors.New("audit_logger: unset, want a TypedExtensionConfig")
+	}
+	name, js, err := loggerConfig(tc.GetTypedConfig())
+	if err != nil {
+		return nil, fmt.Errorf("audit_logger.typed_config: %w", err)
+	}
+	b := audit.GetLoggerBuilder(name)
+	if b == nil {
+		if lc.GetIsOptional() {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("audit_logger.typed_config: unsupported audit logger type %q", name)
+	}
+	cfg, err := b.ParseLoggerConfig(js)
+	if err != nil {
+		return nil, fmt.Errorf("audit_logger.typed_config: invalid %q config: %w", name, err)
+	}
+	return b.Build(cfg), nil
+}
+
+// loggerConfig returns the builder name and JSON config of a logger's
+// typed_config: a TypedStruct names its builder by its type_url; another
+// message by its type, converted to JSON when the type is known.
+func loggerConfig(a *anypb.Any) (string, json.RawMessage, error) {
+	if a == nil {
+		return "", nil, errors.New("unset, want a logger config")
+	}
+	typeName := lastSegment(a.GetTypeUrl())
+	var ts interface {
+		proto.Message
+		GetTypeUrl() string
+	}
+	switch typeName {
+	case "udpa.type.v1.TypedStruct":
+		ts = &udpatypepb.TypedStruct{}
+	case "xds.type.v3.TypedStruct":
+		ts = &xdstypepb.TypedStruct{}
+	case stdoutAuditLogType:
+		return audit.StdoutLoggerName, json.RawMessage("{}"), nil
+	default:
+		mt, err := protoregistry.GlobalTypes.FindMessageByURL(a.GetTypeUrl())
+		if err != nil {
+			return typeName, json.RawMessage("{}"), nil
+		}
+		m := mt.New().Interface()
+		if err := proto.Unmarshal(a.GetValue(), m); err != nil {
+			return "", nil, fmt.Errorf("malformed %s: %v", typeName, err)
+		}
+		js, err := protojson.Marshal(m)
+		if err != nil {
+			return "", nil, fmt.Errorf("%s to JSON: %v", typeName, err)
+		}
+		return typeName, js, nil
+	}
+	if err := proto.Unmarshal(a.GetValue(), ts); err != nil {
+		return "", nil, fmt.Errorf("malformed %s: %v", typeName, err)
+	}
+	var s proto.Message
+	switch t := ts.(type) {
+	case *udpatypepb.TypedStruct:
+		s = t.GetValue()
+	case *xdstypepb.TypedStruct:
+		s = t.GetValue()
+	}
+	js := json.RawMessage("{}")
+	if s != nil && s.ProtoReflect().IsValid() {
+		b, err := protojson.Marshal(s)
+		if err != nil {
+			return "", nil, fmt.Errorf("TypedStruct value to JSON: %v", err)
+		}
+		js = b
+	}
+	name := lastSegment(ts.GetTypeUrl())
+	if name == stdoutAuditLogType {
+		name = audit.StdoutLoggerName
+	}
+	return name, js, nil
+}
+
+// lastSegment returns what follows the last '/' of a type URL.
+func lastSegment(url string) string {
+	for i := len(url) - 1; i >= 0; i-- {
+		if url[i] == '/' {
+			return url[i+1:]
+		}
+	}
+	return url
+}

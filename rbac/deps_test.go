@@ -1,0 +1,13 @@
+package rbac_test
+
+import (
+	"testing"
+
+	"github.com/proxyless-grpc/xds/internal/testutils"
+)
+
+// TestDeps: rbac is pure (STYLE.md, "Package layout"): no gRPC, xDS client,
+// server or test helpers.
+func TestDeps(t *testing.T) {
+	testutils.CheckDeps(t, testutils.ModulePath+"/rbac", testutils.PureForbidden...)
+}

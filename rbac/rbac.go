@@ -1,0 +1,232 @@
+// Package rbac compiles Envoy RBAC policies (envoy.config.rbac.v3.RBAC) into
+// an Engine that authorizes RPCs, as gRFC A41 maps them onto gRPC, and
+// reports decisions to audit loggers (gRFC A59).
+//
+// Compile validates everything up front: an error means the resource that
+// carries the policy must be NACKed, and evaluation cannot fail. An Engine
+// is immutable and safe for concurrent use; Evaluate does not allocate,
+// except to join a header's several values or to format a certificate's
+// identity for an authenticated principal.
+//
+// The package is pure: no gRPC, no goroutines, no I/O of its own (audit
+// loggers may do I/O).
+package rbac
+
+import (
+	"crypto/x509"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	rbacpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
+
+	"github.com/proxyless-grpc/xds/audit"
+	"github.com/proxyless-grpc/xds/internal/matcher"
+)
+
+// Headers is the request metadata the engine reads: keys are lower-case,
+// Get returns every value of a header in order and nothing when it is absent.
+// gRPC's metadata.MD satisfies it.
+type Headers interface {
+	Get(key string) []string
+}
+
+// RequestInfo is what the engine knows of an RPC.
+type RequestInfo struct {
+	// FullMethod is the RPC's method, "/pkg.Service/Method": the :path
+	// header and what url_path matches.
+	FullMethod string
+	// Authority is the :authority header (Host is an alias of it).
+	Authority string
+	// Header is the request metadata; nil means none.
+	Header Headers
+	// Remote is the peer's address (source_ip, direct_remote_ip, remote_ip);
+	// Local is the connection's local address (destination_ip,
+	// destination_port).
+	Remote, Local netip.AddrPort
+	// TLS reports whether the connection uses TLS.
+	TLS bool
+	// PeerCertificates is the peer's certificate chain, leaf first.
+	PeerCertificates []*x509.Certificate
+}
+
+// Action is what an Engine does with an RPC that matches one of its
+// policies.
+type Action uint8
+
+const (
+	// ActionAllow allows an RPC that matches a policy and denies the rest.
+	ActionAllow Action = iota
+	// ActionDeny denies an RPC that matches a policy and allows the rest.
+	ActionDeny
+	// ActionLog allows every RPC; the matching policy is only reported to
+	// audit loggers (gRFC A41: LOG is ignored for enforcement).
+	ActionLog
+)
+
+// String returns the proto name of the action.
+func (a Action) String() string {
+	switch a {
+	case ActionAllow:
+		return "ALLOW"
+	case ActionDeny:
+		return "DENY"
+	default:
+		return "LOG"
+	}
+}
+
+// Decision is the outcome of an evaluation.
+type Decision struct {
+	// Allow reports whether the RPC is allowed.
+	Allow bool
+	// MatchedPolicy is the name of the policy that matched (the first in
+	// name order), or "" when none did.
+	MatchedPolicy string
+}
+
+// Engine is a compiled RBAC config. It is immutable and safe for concurrent
+// use.
+type Engine struct {
+	action   Action
+	policies []policy // sorted by name
+	audit    auditOptions
+}
+
+type policy struct {
+	name        string
+	permissions []node // any of them
+	principals  []node // any of them
+}
+
+// Compile validates an RBAC config (gRFC A41) and compiles it. Errors name
+// the offending field relative to the RBAC message and mean NACK. A config
+// with a policy that has a CEL condition or checked_condition, a header
+// matcher on a "grpc-" header or ":scheme", an extension matcher
+// (Permission.matcher, uri_template, Principal.custom), an unknown action or
+// audit condition, or an unknown audit logger type not marked is_optional
+// is rejected.
+func Compile(pb *rbacpb.RBAC) (*Engine, error) {
+	if pb == nil {
+		return nil, fmt.Errorf("rbac: config is missing")
+	}
+	e := &Engine{}
+	switch pb.GetAction() {
+	case rbacpb.RBAC_ALLOW:
+		e.action = ActionAllow
+	case rbacpb.RBAC_DENY:
+		e.action = ActionDeny
+	case rbacpb.RBAC_LOG:
+		e.action = ActionLog
+	default:
+		return nil, fmt.Errorf("rbac: action: unknown value %d, want ALLOW, DENY or LOG", int32(pb.GetAction()))
+	}
+	c := &compiler{m: &matcher.Compiler{}}
+	names := make([]string, 0, len(pb.GetPolicies()))
+	for name := range pb.GetPolicies() {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		p, err := c.policy(pb.GetPolicies()[name])
+		if err != nil {
+			return nil, fmt.Errorf("rbac: policies[%q].%w", name, err)
+		}
+		p.name = name
+		e.policies = append(e.policies, p)
+	}
+	a, err := compileAudit(pb.GetAuditLoggingOptions())
+	if err != nil {
+		return nil, fmt.Errorf("rbac: audit_logging_options.%w", err)
+	}
+	e.audit = a
+	return e, nil
+}
+
+// Action returns the engine's action.
+func (e *Engine) Action() Action { return e.action }
+
+// Enforces reports whether the engine can deny an RPC: its action is not
+// LOG.
+func (e *Engine) Enforces() bool { return e.action != ActionLog }
+
+// Audits reports whether some decision of the engine is reported to an
+// audit logger. An engine that neither enforces nor audits need not be
+// evaluated.
+func (e *Engine) Audits() bool { return e.audit.enabled() }
+
+// Evaluate decides on an RPC. ALLOW allows it if a policy matches, DENY
+// denies it if a policy matches, LOG allows it. A policy matches when one of
+// its permissions and one of its principals match.
+func (e *Engine) Evaluate(ri RequestInfo) Decision {
+	name, matched := e.match(&ri)
+	switch e.action {
+	case ActionAllow:
+		return Decision{Allow: matched, MatchedPolicy: name}
+	case ActionDeny:
+		return Decision{Allow: !matched, MatchedPolicy: name}
+	default:
+		return Decision{Allow: true, MatchedPolicy: name}
+	}
+}
+
+func (e *Engine) match(ri *RequestInfo) (string, bool) {
+	for i := range e.policies {
+		p := &e.policies[i]
+		if anyMatch(p.permissions, ri) && anyMatch(p.principals, ri) {
+			return p.name, true
+		}
+	}
+	return "", false
+}
+
+// Audit reports d, a decision of this engine on ri, to the engine's audit
+// loggers when its audit_condition holds for it (gRFC A59). policyName is
+// the name of the RBAC filter instance; shadow marks a decision of
+// shadow_rules, which is not enforced. It allocates only when it logs.
+func (e *Engine) Audit(ri RequestInfo, d Decision, policyName string, shadow bool) {
+	if !e.audit.wants(d.Allow) {
+		return
+	}
+	ev := &audit.Event{
+		FullMethodName: ri.FullMethod,
+		Principal:      principal(ri.PeerCertificates),
+		PolicyName:     policyName,
+		MatchedRule:    d.MatchedPolicy,
+		Authorized:     d.Allow,
+		Shadow:         shadow,
+	}
+	for _, l := range e.audit.loggers {
+		l.Log(ev)
+	}
+}
+
+// principal is the peer identity for audit events: the first URI SAN, else
+// the first DNS SAN, else the subject of the leaf certificate.
+func principal(certs []*x509.Certificate) string {
+	if len(certs) == 0 {
+		return ""
+	}
+	c := certs[0]
+	switch {
+	case len(c.URIs) > 0:
+		return c.URIs[0].String()
+	case len(c.DNSNames) > 0:
+		return c.DNSNames[0]
+	default:
+		return c.Subject.String()
+	}
+}
+
+// hiddenHeader reports whether a header is treated as absent by RBAC
+// (gRFC A41): hop-by-hop headers ("Implementations must consider the
+// request's hop-by-hop headers to not be present"), binary headers, and
+// pseudo-headers other than :path, :method and :authority.
+func hiddenHeader(name string) bool {
+	switch name {
+	case "te", "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
+		return true
+	}
+	return strings.HasSuffix(name, "-bin") || strings.HasPrefix(name, ":")
+}
