@@ -2,8 +2,8 @@ package rbac
 
 import (
 	"crypto/x509"
-	"encoding/json"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -18,11 +18,11 @@ import (
 	streampb "github.com/envoyproxy/go-control-plane/envoy/extensions/rbac/audit_loggers/stream/v3"
 	matcherpb "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	exprpb "google.golang.org/genproto/googleapis/api/expr/v1alpha1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-	exprpb "google.golang.org/genproto/googleapis/api/expr/v1alpha1"
 
 	"github.com/proxyless-grpc/xds/audit"
 )
@@ -72,7 +72,9 @@ func pNot(p *rbacpb.Permission) *rbacpb.Permission {
 }
 
 // Principal constructors.
-func idAny() *rbacpb.Principal { return &rbacpb.Principal{Identifier: &rbacpb.Principal_Any{Any: true}} }
+func idAny() *rbacpb.Principal {
+	return &rbacpb.Principal{Identifier: &rbacpb.Principal_Any{Any: true}}
+}
 func idAuth(m *matcherpb.StringMatcher) *rbacpb.Principal {
 	return &rbacpb.Principal{Identifier: &rbacpb.Principal_Authenticated_{Authenticated: &rbacpb.Principal_Authenticated{PrincipalName: m}}}
 }
