@@ -6,6 +6,11 @@
 // Parsed configs are immutable and may be shared between filter chains and
 // listeners. A Parser memoizes identical configs, so a Listener whose 1 000
 // filter chains carry the same filter config parses it once.
+//
+// When a configuration is applied, each filter builds a Step per (filter
+// instance, route) from its config and the route's override; the server runs
+// the steps of the matched route, in order, for each RPC (gRFC A39). This
+// package does not depend on gRPC: steps see an RPC as an RPC value.
 package httpfilter
 
 import (
@@ -48,6 +53,17 @@ type Filter interface {
 	// IsTerminal reports whether the filter must be last in the list (only
 	// the router is).
 	IsTerminal() bool
+	// BuildStep returns the per-RPC step of the filter instance named
+	// instance, whose top-level config is config on a route whose most specific override for
+	// the instance is override (nil when it has none), as gRFC A39 asks:
+	// configs are merged when a configuration is applied, never per RPC. Both
+	// come from this filter's ParseConfig and ParseOverride. A nil Step means
+	// the instance has nothing to do on that route. An error fails the
+	// route's RPCs with UNAVAILABLE (the configuration was already accepted,
+	// so validation belongs in the Parse methods). It is called on the
+	// server's configuration path, once per (instance, route) of a route
+	// table, and identical inputs may share one Step.
+	BuildStep(instance string, config, override Config) (Step, error)
 }
 
 // RawConfig is a filter config as found in an xDS resource, with the

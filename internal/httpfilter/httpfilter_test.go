@@ -51,7 +51,8 @@ func (f testFilter) ParseOverride(raw RawConfig) (Config, error) {
 	}
 	return v.GetValue(), nil
 }
-func (testFilter) IsTerminal() bool { return false }
+func (testFilter) IsTerminal() bool                               { return false }
+func (testFilter) BuildStep(string, Config, Config) (Step, error) { return nil, nil }
 
 func mustAny(t testing.TB, m proto.Message) *anypb.Any {
 	t.Helper()

@@ -38,3 +38,7 @@ func (Router) ParseOverride(RawConfig) (Config, error) {
 
 // IsTerminal implements Filter.
 func (Router) IsTerminal() bool { return true }
+
+// BuildStep implements Filter: the router's work (the route match and the
+// action check) is built into the server, so it has no step.
+func (Router) BuildStep(string, Config, Config) (Step, error) { return nil, nil }

@@ -1,0 +1,194 @@
+// Package rbacfilter is the RBAC HTTP filter
+// (envoy.extensions.filters.http.rbac.v3.RBAC) of gRFC A41, with its
+// per-route override RBACPerRoute and audit logging (gRFC A59). Register adds
+// it to an httpfilter registry; the server registers it in
+// httpfilter.Default.
+//
+// Parsing compiles the policies into rbac engines, so a config is compiled
+// once per distinct content: identical configs within one resource share
+// the Parser's memo, and across resources and updates an engine is reused
+// for as long as a configuration still holds it.
+package rbacfilter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	rbacpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/proxyless-grpc/xds/internal/httpfilter"
+	"github.com/proxyless-grpc/xds/rbac"
+)
+
+// Type URLs of the filter's configs.
+const (
+	ConfigTypeURL   = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC"
+	OverrideTypeURL = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBACPerRoute"
+)
+
+// Filter is the RBAC HTTP filter.
+type Filter struct{}
+
+// Register adds the filter to reg.
+func Register(reg *httpfilter.Registry) { reg.Register(Filter{}) }
+
+// Config is a parsed RBAC filter config, top-level or from an RBACPerRoute.
+// Immutable.
+type Config struct {
+	// Rules enforces; nil when the config has no rules (allow all).
+	Rules *rbac.Engine
+	// Shadow is evaluated and reported to its audit loggers, never
+	// enforced; nil when there are no shadow_rules.
+	Shadow *rbac.Engine
+}
+
+// disabled is the override of an RBACPerRoute without rbac: RBAC is off for
+// the route, as in Envoy.
+var disabled = &Config{}
+
+// ConfigTypeURLs implements httpfilter.Filter.
+func (Filter) ConfigTypeURLs() []string { return []string{ConfigTypeURL} }
+
+// OverrideTypeURLs implements httpfilter.Filter.
+func (Filter) OverrideTypeURLs() []string { return []string{OverrideTypeURL} }
+
+// IsTerminal implements httpfilter.Filter.
+func (Filter) IsTerminal() bool { return false }
+
+// ParseConfig implements httpfilter.Filter.
+func (Filter) ParseConfig(raw httpfilter.RawConfig) (httpfilter.Config, error) {
+	m := &rbacpb.RBAC{}
+	if err := raw.UnmarshalTo(m); err != nil {
+		return nil, fmt.Errorf("rbacfilter: %w", err)
+	}
+	return parse(m)
+}
+
+// ParseOverride implements httpfilter.Filter: an RBACPerRoute whose rbac is
+// unset disables RBAC on the route; otherwise its rbac replaces the
+// top-level config.
+func (Filter) ParseOverride(raw httpfilter.RawConfig) (httpfilter.Config, error) {
+	m := &rbacpb.RBACPerRoute{}
+	if err := raw.UnmarshalTo(m); err != nil {
+		return nil, fmt.Errorf("rbacfilter: %w", err)
+	}
+	if m.GetRbac() == nil {
+		return disabled, nil
+	}
+	c, err := parse(m.GetRbac())
+	if err != nil {
+		return nil, fmt.Errorf("rbac.%w", err)
+	}
+	return c, nil
+}
+
+// parse compiles an RBAC filter config, reusing the engine of an identical
+// config compiled before when one is still in use.
+func parse(m *rbacpb.RBAC) (*Config, error) {
+	// gRFC A41 supports only rules; the matcher API would be silently
+	// ignored by a reader of rules, which fails open: reject it.
+	if m.GetMatcher() != nil {
+		return nil, errors.New("matcher: the matcher API is not supported, use rules")
+	}
+	if m.GetShadowMatcher() != nil {
+		return nil, errors.New("shadow_matcher: the matcher API is not supported, use shadow_rules")
+	}
+	key, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("rbacfilter: %w", err)
+	}
+	return engines.get(string(key), func() (*Config, error) {
+		c := &Config{}
+		var err error
+		if r := m.GetRules(); r != nil {
+			if c.Rules, err = rbac.Compile(r); err != nil {
+				return nil, fmt.Errorf("rules.%w", trimPrefix(err))
+			}
+		}
+		if r := m.GetShadowRules(); r != nil {
+			if c.Shadow, err = rbac.Compile(r); err != nil {
+				return nil, fmt.Errorf("shadow_rules.%w", trimPrefix(err))
+			}
+		}
+		return c, nil
+	})
+}
+
+// trimPrefix drops the "rbac: " prefix of a compile error, so that the
+// field path reads on.
+func trimPrefix(err error) error {
+	const p = "rbac: "
+	if s := err.Error(); len(s) > len(p) && s[:len(p)] == p {
+		return prefixless{s[len(p):], err}
+	}
+	return err
+}
+
+type prefixless struct {
+	msg string
+	err error
+}
+
+func (e prefixless) Error() string { return e.msg }
+func (e prefixless) Unwrap() error { return e.err }
+
+// BuildStep implements httpfilter.Filter: the override, when there is one,
+// replaces the top-level config.
+func (Filter) BuildStep(instance string, config, override httpfilter.Config) (httpfilter.Step, error) {
+	c, ok := config.(*Config)
+	if override != nil {
+		c, ok = override.(*Config)
+	}
+	if !ok {
+		return nil, fmt.Errorf("rbacfilter: config of type %T, want *rbacfilter.Config", config)
+	}
+	rules, shadow := c.Rules, c.Shadow
+	if rules != nil && !rules.Enforces() && !rules.Audits() {
+		rules = nil // action LOG without audit loggers: nothing to do
+	}
+	if shadow != nil && !shadow.Audits() {
+		shadow = nil // never enforced, and nobody to tell
+	}
+	if rules == nil && shadow == nil {
+		return nil, nil
+	}
+	return &Step{name: instance, rules: rules, shadow: shadow}, nil
+}
+
+// Step is the filter's per-RPC work on one route.
+type Step struct {
+	name   string
+	rules  *rbac.Engine
+	shadow *rbac.Engine
+}
+
+// errDenied is the status of a denied RPC; it names no policy.
+var errDenied = status.Error(codes.PermissionDenied, "RBAC: access denied")
+
+// Run implements httpfilter.Step.
+func (s *Step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, error) {
+	ri := rbac.RequestInfo{
+		FullMethod:       rpc.FullMethod,
+		Authority:        rpc.Authority,
+		Header:           rpc.Header,
+		Remote:           rpc.Remote,
+		Local:            rpc.Local,
+		TLS:              rpc.TLS,
+		PeerCertificates: rpc.PeerCertificates,
+	}
+	if s.shadow != nil {
+		s.shadow.Audit(ri, s.shadow.Evaluate(ri), s.name, true)
+	}
+	if s.rules != nil {
+		d := s.rules.Evaluate(ri)
+		s.rules.Audit(ri, d, s.name, false)
+		if !d.Allow {
+			return ctx, errDenied
+		}
+	}
+	return ctx, nil
+}
