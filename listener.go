@@ -235,7 +235,7 @@ func (lw *listenerWrapper) routeSource(fc *filterchain.FilterChain) routeSource 
 	if name := fc.HCM.RDSName; name != "" {
 		return routeSource{rds: lw.rds[name]}
 	}
-	return routeSource{fixed: &routeTable{router: fc.HCM.Routes}}
+	return routeSource{fixed: inlineRoutes(fc)}
 }
 
 // stopServing enters "not serving" because of err: new connections are

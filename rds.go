@@ -3,21 +3,31 @@ package xds
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 
+	"github.com/proxyless-grpc/xds/filterchain"
 	"github.com/proxyless-grpc/xds/internal/routing"
 	"github.com/proxyless-grpc/xds/internal/xdsresource"
 	"github.com/proxyless-grpc/xds/xdsclient"
 )
 
 // routeTable is what a filter chain routes RPCs with at one moment: a
-// router, or the reason there is none. Immutable.
+// router and the HTTP filter steps of its routes, or the reason there is
+// none. Immutable.
 type routeTable struct {
 	router *routing.Router // nil when err is set
 	// err says why there are no routes (RDS resource does not exist, NACKed
 	// without a good version, unreachable control plane); RPCs fail with
 	// UNAVAILABLE and this text.
 	err error
+	// filters are the precomputed filter steps of router's routes, one entry
+	// per HttpConnectionManager using the table: the chain's for inline
+	// routes; for RDS, every HttpConnectionManager naming the resource in
+	// the active or pending Listener or on a chain still serving
+	// connections. An RPC on a chain whose HttpConnectionManager is missing
+	// fails (closed).
+	filters []*routeFilters
 }
 
 // rdsState is one RouteConfiguration watch of a listener, shared by every
@@ -92,6 +102,11 @@ func (lw *listenerWrapper) handleRDS(st *rdsState, rt *routeTable) {
 	if lw.rds[st.name] != st {
 		return // cancelled since
 	}
+	if rt.router != nil {
+		// gRFC A39: filter configs are merged with the routes' overrides
+		// when the routes are applied, not per RPC.
+		rt = newRouteTable(rt.router, lw.rdsUsers(st.name))
+	}
 	st.table.Store(rt)
 	st.answered = true
 	lw.logRouteErrors(st, rt)
@@ -148,13 +163,56 @@ func routeTableProblem(rt *routeTable) string {
 func (lw *listenerWrapper) startRDSWatches(l *xdsresource.Listener) {
 	for _, fc := range l.Table.Chains() {
 		name := fc.HCM.RDSName
-		if name == "" || lw.rds[name] != nil {
+		if name == "" {
+			continue
+		}
+		if st := lw.rds[name]; st != nil {
+			// The Listener may bring new HTTP filters for routes already
+			// received: compute their steps before it is applied.
+			if rt := st.table.Load(); rt != nil {
+				if nt := rt.withFilters([]*filterchain.HTTPConnectionManager{fc.HCM}); nt != rt {
+					st.table.Store(nt)
+				}
+			}
 			continue
 		}
 		st := &rdsState{name: name}
 		lw.rds[name] = st
 		st.cancel = xdsclient.Watch[*xdsresource.RouteConfig](lw.client, xdsresource.RouteConfigType, name, &rdsWatcher{lw: lw, st: st})
 	}
+}
+
+// rdsUsers returns the HttpConnectionManagers that take their routes from
+// the RouteConfiguration name: those of the active and pending Listeners
+// and of the chains still serving connections. Only called on the
+// serializer.
+func (lw *listenerWrapper) rdsUsers(name string) []*filterchain.HTTPConnectionManager {
+	var out []*filterchain.HTTPConnectionManager
+	add := func(h *filterchain.HTTPConnectionManager) {
+		if h.RDSName == name && !slices.Contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	for _, l := range []*xdsresource.Listener{lw.currentLDS, lw.pending} {
+		if l == nil {
+			continue
+		}
+		for _, fc := range l.Table.Chains() {
+			add(fc.HCM)
+		}
+	}
+	lw.mu.Lock()
+	for cs := range lw.servers {
+		add(cs.chain.HCM)
+	}
+	lw.mu.Unlock()
+	return out
+}
+
+// inlineRoutes returns the route table of a chain with an inline route
+// configuration. Only called on the serializer.
+func inlineRoutes(fc *filterchain.FilterChain) *routeTable {
+	return newRouteTable(fc.HCM.Routes, []*filterchain.HTTPConnectionManager{fc.HCM})
 }
 
 // cancelUnusedRDSWatches cancels the RDS watches that neither the active

@@ -15,12 +15,14 @@ import (
 // looks up the method and before any user interceptor, so an RPC refused here
 // never reaches user code. It picks the virtual host by :authority and the
 // route by path and headers, runs the chain's HTTP filters, and lets the RPC
-// through only on a non_forwarding_action route; every refusal is
-// UNAVAILABLE saying why.
+// through only on a non_forwarding_action route; every refusal by routing is
+// UNAVAILABLE saying why, a refusal by a filter has the filter's status (RBAC:
+// PERMISSION_DENIED).
 //
-// gRPC calls it with a transport lock held, so it does only the route match:
-// one atomic load, no lock, no map shared by all RPCs, no allocation unless
-// the RPC is refused.
+// gRPC calls it with a transport lock held, so it does only the route match
+// and the precomputed filter steps: one atomic load, no lock, no map shared
+// by all RPCs, no allocation unless the RPC is refused (or a filter
+// allocates).
 func (cs *chainServer) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	rt := cs.routes.load()
 	if rt.err != nil {
@@ -34,10 +36,23 @@ func (cs *chainServer) tap(ctx context.Context, info *tap.Info) (context.Context
 	if !ok {
 		return ctx, status.Errorf(codes.Unavailable, "xds: RouteConfiguration %q has no virtual host and route matching authority %q and method %q", rt.router.Name(), authority, info.FullMethodName)
 	}
-	// The chain's HTTP filters (gRFC A39) run here, in order, each with its
-	// config merged with route.FilterOverrides when the configuration was
-	// applied, not per RPC. The only filter so far is the router, the last
-	// one, whose work is the route match above and the action check below.
+	// The chain's HTTP filters (gRFC A39), with their configs merged with
+	// the route's overrides when the routes were applied, run in order
+	// before the action check (gRFC A36). The router is the last filter; its
+	// work is the route match above and the action check below.
+	steps, ok := rt.steps(cs.chain.HCM, route)
+	if !ok {
+		return ctx, noFilters(cs.chain)
+	}
+	if len(steps) > 0 {
+		rpc := rpcInfo(ctx, info, authority)
+		for _, s := range steps {
+			var err error
+			if ctx, err = s.Run(ctx, rpc); err != nil {
+				return ctx, err
+			}
+		}
+	}
 	// gRFC A36: a route of another action fails the RPCs that reach the end
 	// of the filter chain.
 	if route.Action != routing.ActionNonForwarding {

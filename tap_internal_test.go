@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/tap"
 
 	"github.com/proxyless-grpc/xds/filterchain"
+	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/routing"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 )
@@ -21,16 +22,17 @@ import (
 // rdsErr when rc is nil), enough to call its tap.
 func tapTestServer(t testing.TB, rc *routepb.RouteConfiguration, rdsErr error) *chainServer {
 	t.Helper()
+	hcm := &filterchain.HTTPConnectionManager{Filters: []httpfilter.Instance{{Name: "router", Filter: httpfilter.Router{}, Config: httpfilter.RouterConfig{}}}}
 	rt := &routeTable{err: rdsErr}
 	if rc != nil {
 		r, err := routing.Compile(rc, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rt.router = r
+		rt = newRouteTable(r, []*filterchain.HTTPConnectionManager{hcm})
 	}
 	return &chainServer{
-		chain:  &filterchain.FilterChain{Name: "fc", HCM: &filterchain.HTTPConnectionManager{}},
+		chain:  &filterchain.FilterChain{Name: "fc", HCM: hcm},
 		routes: routeSource{fixed: rt},
 	}
 }
