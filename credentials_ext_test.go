@@ -18,6 +18,7 @@ import (
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/proxyless-grpc/xds"
+	"github.com/proxyless-grpc/xds/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 	"github.com/proxyless-grpc/xds/internal/testutils/testcerts"
 )
@@ -298,5 +299,39 @@ func TestCredsNotXDSConnUsesFallback(t *testing.T) {
 	defer s.Stop()
 	if code := newClient(t, lis.Addr(), "127.0.0.1", 0).emptyCall(ctx); code != codes.OK {
 		t.Errorf("EmptyCall on a plain grpc.Server with xDS credentials: %v, want OK", code)
+	}
+}
+
+// Certificate providers start with the first handshake that needs them, are
+// shared by the connections of a chain, and stop once no chain in service
+// or connection uses them (the chain left the Listener and its connections
+// drained).
+func TestCredsProvidersStartLazilyAndStop(t *testing.T) {
+	ctx := testContext(t)
+	pki := newTestPKI(t)
+	env := newTLSTestEnv(t, pki, time.Hour)
+	lis, _ := listen(t, "127.0.0.1")
+	_, addr := startTLSServerOn(ctx, t, env, lis, func(a net.Addr) *listenerpb.Listener {
+		return withTransportSocket(t, simpleListener(a), "A", downstreamTLS(false, false))
+	}, xds.DrainGraceTime(0))
+	identity := bootstrap.FileWatcherConfig{CertificateFile: pki.serverFiles.Cert, PrivateKeyFile: pki.serverFiles.Key, RefreshInterval: time.Hour}
+	if got := xds.CertProviderRefs(identity); got != 0 {
+		t.Errorf("before any handshake, provider refs = %d, want 0 (started lazily)", got)
+	}
+	for range 2 {
+		if code := newClient(t, addr, "127.0.0.1", 0, tlsClientCreds(pki.ca.Pool, nil)).emptyCall(ctx); code != codes.OK {
+			t.Fatalf("EmptyCall: %v, want OK", code)
+		}
+	}
+	if got := xds.CertProviderRefs(identity); got != 1 {
+		t.Errorf("after two connections on one chain, provider refs = %d, want 1", got)
+	}
+	// The TLS chain is replaced by a plaintext one: its connections drain.
+	env.update(ctx, t, []*listenerpb.Listener{testListener(addr, []chainSpec{{name: "B"}}, nil)}, nil)
+	for xds.CertProviderRefs(identity) != 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the provider of a chain no longer in service is still running")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -76,6 +76,17 @@ func (s *Store) Running() int {
 	return len(s.providers)
 }
 
+// Refs returns how many handles on the provider for cfg are held; 0 means
+// it is not running. For tests.
+func (s *Store) Refs(cfg bootstrap.FileWatcherConfig) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.providers[cfg]; p != nil {
+		return p.refs
+	}
+	return 0
+}
+
 // release drops one reference on p and stops it when it was the last.
 func (s *Store) release(p *provider) {
 	s.mu.Lock()

@@ -53,6 +53,9 @@ func TestShareAndRelease(t *testing.T) {
 	if got := s.Running(); got != 2 {
 		t.Errorf("Running() = %d, want 2", got)
 	}
+	if got := s.Refs(cfg); got != 2 {
+		t.Errorf("Refs() = %d, want 2", got)
+	}
 	km, err := h1.KeyMaterial()
 	if err != nil || len(km.Certs) != 1 || km.Roots == nil {
 		t.Fatalf("KeyMaterial() = %+v, %v; want a certificate and roots", km, err)
