@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"sync"
@@ -99,7 +100,13 @@ func (c *serverCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthI
 	// The deadline gRPC set on raw bounds the handshake.
 	if err := conn.HandshakeContext(context.Background()); err != nil {
 		err = fmt.Errorf("xds: TLS handshake with %v on filter chain %q failed: %w", raw.RemoteAddr(), cs.chain.Name, err)
-		cs.lw.log.Warningf("%v", err)
+		if errors.Is(err, io.EOF) {
+			// The peer closed without a handshake, as TCP health checks
+			// do: not worth a warning each time.
+			cs.lw.log.Infof("%v", err)
+		} else {
+			cs.lw.log.Warningf("%v", err)
+		}
 		return nil, nil, err
 	}
 	state := conn.ConnectionState()
@@ -187,7 +194,7 @@ func (s *chainSecurity) handles(sec *filterchain.Security, providers map[string]
 	return s.identity, s.roots, nil
 }
 
-// get takes a handle on the provider of a bootstrap instance. Listener
+// getProvider takes a handle on the provider of a bootstrap instance. Listener
 // validation has checked that it exists with the file_watcher plugin.
 func getProvider(providers map[string]*bootstrap.CertProviderConfig, instance string) (*certprovider.Handle, error) {
 	p := providers[instance]

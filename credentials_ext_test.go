@@ -2,6 +2,7 @@ package xds_test
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"strings"
 	"testing"
@@ -333,5 +334,43 @@ func TestCredsProvidersStartLazilyAndStop(t *testing.T) {
 			t.Fatal("the provider of a chain no longer in service is still running")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A failed handshake is logged once, with the peer, the filter chain and
+// the reason.
+func TestCredsHandshakeFailureLogged(t *testing.T) {
+	// Installed first, so that it is restored after everything has stopped
+	// (grpclog.SetLoggerV2 must not race with logging).
+	logs := installLogRecorder(t)
+	ctx := testContext(t)
+	pki := newTestPKI(t)
+	env := newTLSTestEnv(t, pki, time.Hour)
+	lis, _ := listen(t, "127.0.0.1")
+	_, addr := startTLSServerOn(ctx, t, env, lis, func(a net.Addr) *listenerpb.Listener {
+		return withTransportSocket(t, simpleListener(a), "A", downstreamTLS(true, true))
+	})
+	other := pki.otherCA.Issue(t, testcerts.LeafOptions{CommonName: "intruder"})
+	conn, err := tls.Dial("tcp", addr.String(), &tls.Config{
+		RootCAs:              pki.ca.Pool,
+		ServerName:           "server.test",
+		NextProtos:           []string{"h2"},
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &other.TLS, nil },
+	})
+	if err == nil {
+		// TLS 1.3: the server checks the client certificate after the
+		// client's handshake is done; a read sees the alert.
+		conn.SetReadDeadline(time.Now().Add(defaultTestTimeout))
+		_, err = conn.Read(make([]byte, 1))
+		conn.Close()
+	}
+	if err == nil {
+		t.Fatal("TLS connection with a certificate of another CA was accepted")
+	}
+	local := conn.LocalAddr().String()
+	logs.waitCount(ctx, t, 1, "TLS handshake", local, `"A"`, "certificate")
+	time.Sleep(defaultTestShortTimeout)
+	if n := logs.count("TLS handshake", local); n != 1 {
+		t.Errorf("failed handshake logged %d times, want once:\n%s", n, strings.Join(logs.all(), "\n"))
 	}
 }
