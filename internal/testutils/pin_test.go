@@ -4,6 +4,4 @@
 package testutils
 
 import (
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/rbac/audit_loggers/stream/v3"
 )
