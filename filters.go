@@ -121,36 +121,42 @@ func newRouteTable(router *routing.Router, hcms []*filterchain.HTTPConnectionMan
 	return rt
 }
 
-// withFilters returns rt if it has the steps of every one of hcms, else a
-// copy of it that also has them. rt is not modified.
-func (rt *routeTable) withFilters(hcms []*filterchain.HTTPConnectionManager) *routeTable {
+// forUsers returns a table of rt's router with the steps of exactly hcms:
+// rt itself when it has those already, else a new table reusing rt's steps
+// of the HttpConnectionManagers still in hcms (so that the steps of ones no
+// longer used are dropped). rt is not modified.
+func (rt *routeTable) forUsers(hcms []*filterchain.HTTPConnectionManager) *routeTable {
 	if rt == nil || rt.router == nil {
 		return rt
 	}
-	var out *routeTable
+	same := len(hcms) == len(rt.filters)
 	for _, h := range hcms {
-		if rt.has(h) {
-			continue
-		}
-		if out == nil {
-			out = &routeTable{router: rt.router, filters: append([]*routeFilters(nil), rt.filters...)}
-		}
-		out.filters = append(out.filters, buildRouteFilters(h, rt.router))
+		same = same && rt.has(h)
 	}
-	if out == nil {
+	if same {
 		return rt
+	}
+	out := &routeTable{router: rt.router, filters: make([]*routeFilters, 0, len(hcms))}
+	for _, h := range hcms {
+		f := rt.find(h)
+		if f == nil {
+			f = buildRouteFilters(h, rt.router)
+		}
+		out.filters = append(out.filters, f)
 	}
 	return out
 }
 
-func (rt *routeTable) has(hcm *filterchain.HTTPConnectionManager) bool {
+func (rt *routeTable) find(hcm *filterchain.HTTPConnectionManager) *routeFilters {
 	for _, f := range rt.filters {
 		if f.hcm == hcm {
-			return true
+			return f
 		}
 	}
-	return false
+	return nil
 }
+
+func (rt *routeTable) has(hcm *filterchain.HTTPConnectionManager) bool { return rt.find(hcm) != nil }
 
 // steps returns the filter steps of route for the chains of hcm; ok is
 // false when the table has no steps for hcm (it then must not serve the

@@ -2,6 +2,7 @@ package xds_test
 
 import (
 	"crypto/tls"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -331,5 +332,36 @@ func TestRBAC_AuthenticatedPrincipal(t *testing.T) {
 	b := newClient(t, addr, "127.0.0.1", 0, clientCreds("spiffe://example.org/client-b", 4))
 	if got := b.emptyCall(ctx); got != codes.PermissionDenied {
 		t.Errorf("client-b: %v, want PERMISSION_DENIED", got)
+	}
+}
+
+// TestRBAC_LDSUpdateWithRDSRoutes: a Listener update that changes the RBAC
+// filter of a chain taking its routes from RDS applies the new policy with
+// the routes already received (no RDS update), and repeated updates keep
+// working.
+func TestRBAC_LDSUpdateWithRDSRoutes(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	routes := []*routepb.RouteConfiguration{allRoutes("rds-lds")}
+	_, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
+		return rbacListener(t, a, allowMethods(methodEmpty), nil, "rds-lds")
+	}, routes)
+	c := newClient(t, addr, "127.0.0.1", 0)
+	if got := c.unaryCall(ctx); got != codes.PermissionDenied {
+		t.Fatalf("UnaryCall: %v, want PERMISSION_DENIED", got)
+	}
+	for i, allowed := range []string{methodUnary, methodEmpty, methodUnary} {
+		env.update(ctx, t, []*listenerpb.Listener{rbacListener(t, addr, allowMethods(allowed), nil, "rds-lds")}, routes)
+		other := methodEmpty
+		call, otherCall := c.unaryCallNoOpts, c.emptyCallNoOpts
+		if allowed == methodEmpty {
+			other = methodUnary
+			call, otherCall = c.emptyCallNoOpts, c.unaryCallNoOpts
+		}
+		waitForCode(ctx, t, fmt.Sprintf("update %d: %s", i, allowed), codes.OK, call)
+		if got := otherCall(ctx); got != codes.PermissionDenied {
+			t.Errorf("update %d: %s: %v, want PERMISSION_DENIED", i, other, got)
+		}
 	}
 }

@@ -168,11 +168,10 @@ func (lw *listenerWrapper) startRDSWatches(l *xdsresource.Listener) {
 		}
 		if st := lw.rds[name]; st != nil {
 			// The Listener may bring new HTTP filters for routes already
-			// received: compute their steps before it is applied.
-			if rt := st.table.Load(); rt != nil {
-				if nt := rt.withFilters([]*filterchain.HTTPConnectionManager{fc.HCM}); nt != rt {
-					st.table.Store(nt)
-				}
+			// received: compute their steps before it is applied, and drop
+			// those no chain uses any more.
+			if rt := st.table.Load(); rt != nil && !rt.has(fc.HCM) {
+				st.table.Store(rt.forUsers(lw.rdsUsers(name)))
 			}
 			continue
 		}
