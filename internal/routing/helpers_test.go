@@ -61,6 +61,9 @@ func (overrideFilter) ConfigTypeURLs() []string {
 }
 func (overrideFilter) OverrideTypeURLs() []string { return []string{stringValueURL} }
 func (overrideFilter) IsTerminal() bool           { return false }
+func (overrideFilter) BuildStep(string, httpfilter.Config, httpfilter.Config) (httpfilter.Step, error) {
+	return nil, nil
+}
 func (overrideFilter) ParseConfig(httpfilter.RawConfig) (httpfilter.Config, error) {
 	return nil, nil
 }
