@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 
 	"github.com/proxyless-grpc/xds/filterchain"
+	"github.com/proxyless-grpc/xds/internal/metrics"
 	"github.com/proxyless-grpc/xds/internal/syncutil"
 	"github.com/proxyless-grpc/xds/internal/xdsresource"
 	"github.com/proxyless-grpc/xds/xdsclient"
@@ -50,6 +51,8 @@ type listenerWrapper struct {
 	// Immutable after newListenerWrapper.
 	listenerParams
 	log       *prefixLogger
+	metrics   *metrics.Listener // nil without a MeterProvider
+	hsLog     handshakeLog      // rate-limits handshake failure logs; see handshakeFailed
 	ser       *syncutil.CallbackSerializer
 	cancelLDS func()
 	closing   *syncutil.Event // fired when close starts; the accept loop then exits quietly
@@ -96,6 +99,7 @@ func newListenerWrapper(p listenerParams) *listenerWrapper {
 	lw := &listenerWrapper{
 		listenerParams: p,
 		log:            newPrefixLogger("[listener %v]", p.lis.Addr()),
+		metrics:        p.opts.metrics.Listener(p.addr.String()),
 		ser:            syncutil.NewCallbackSerializer(),
 		closing:        syncutil.NewEvent(),
 		graceful:       syncutil.NewEvent(),
@@ -204,6 +208,15 @@ func (lw *listenerWrapper) apply(l *xdsresource.Listener) {
 		cfg.servers[fc] = cs
 		created = append(created, cs)
 	}
+	var retired []*chainServer
+	if old != nil {
+		for _, cs := range old.servers {
+			if !kept[cs] {
+				retired = append(retired, cs)
+			}
+		}
+	}
+	drained := drainCount(retired, rerouted)
 	lw.active.Store(cfg)
 	lw.connMu.Unlock()
 
@@ -215,13 +228,10 @@ func (lw *listenerWrapper) apply(l *xdsresource.Listener) {
 	for cs, conns := range rerouted {
 		cs.drainConns(conns)
 	}
-	if old != nil {
-		for _, cs := range old.servers {
-			if !kept[cs] {
-				cs.retire()
-			}
-		}
+	for _, cs := range retired {
+		cs.retire()
 	}
+	lw.noteDrain("Listener update", drained)
 	lw.currentLDS = l
 	lw.cancelUnusedRDSWatches()
 	lw.logInlineRouteErrors(l)
@@ -243,20 +253,29 @@ func (lw *listenerWrapper) routeSource(fc *filterchain.FilterChain) routeSource 
 // serializer.
 func (lw *listenerWrapper) stopServing(err error) {
 	lw.connMu.Lock()
-	old := lw.active.Swap(nil)
-	lw.connMu.Unlock()
+	old := lw.active.Load()
+	var retired []*chainServer
 	if old != nil {
 		for _, cs := range old.servers {
-			cs.retire()
+			retired = append(retired, cs)
 		}
 	}
+	drained := drainCount(retired, nil)
+	lw.active.Store(nil)
+	lw.connMu.Unlock()
+	for _, cs := range retired {
+		cs.retire()
+	}
+	lw.noteDrain("not serving", drained)
 	lw.currentLDS = nil
 	lw.cancelUnusedRDSWatches()
 	lw.setMode(connectivity.ServingModeNotServing, err)
 }
 
 // setMode records a serving mode and tells the user of a transition, once.
-// Only called on the serializer, never under a lock.
+// Each transition is logged once: at warning level without a serving-mode
+// callback, at info level with one (the callback is the user's log). Only
+// called on the serializer, never under a lock.
 func (lw *listenerWrapper) setMode(mode connectivity.ServingMode, err error) {
 	if lw.mode == mode {
 		if err != nil {
@@ -264,16 +283,27 @@ func (lw *listenerWrapper) setMode(mode connectivity.ServingMode, err error) {
 		}
 		return
 	}
+	was := lw.mode
 	lw.mode = mode
-	if cb := lw.opts.modeCallback; cb != nil {
-		cb(lw.lis.Addr(), ServingModeChangeArgs{Mode: mode, Err: err})
-		return
+	switch {
+	case mode == connectivity.ServingModeServing:
+		lw.metrics.ServingChanged(1)
+	case was == connectivity.ServingModeServing:
+		lw.metrics.ServingChanged(-1)
+	}
+	cb := lw.opts.modeCallback
+	logf := lw.log.Warningf
+	if cb != nil {
+		logf = lw.log.Infof
 	}
 	if mode == connectivity.ServingModeServing {
-		lw.log.Warningf("serving (Listener %q)", lw.name)
-		return
+		logf("serving (Listener %q)", lw.name)
+	} else {
+		logf("not serving (Listener %q): %v", lw.name, err)
 	}
-	lw.log.Warningf("not serving (Listener %q): %v", lw.name, err)
+	if cb != nil {
+		cb(lw.lis.Addr(), ServingModeChangeArgs{Mode: mode, Err: err})
+	}
 }
 
 // logInlineRouteErrors does gRFC A36 configuration error logging for the
@@ -349,6 +379,7 @@ func (lw *listenerWrapper) sleep(d time.Duration) bool {
 // closes it without writing to it when not serving or no chain matches
 // (gRFC A36). Called only from the accept loop.
 func (lw *listenerWrapper) handleConn(c net.Conn) {
+	lw.metrics.Accepted()
 	src, ok1 := addrPortOf(c.RemoteAddr())
 	dst, ok2 := addrPortOf(c.LocalAddr())
 	if !ok1 || !ok2 {
@@ -362,12 +393,14 @@ func (lw *listenerWrapper) handleConn(c net.Conn) {
 		if cfg == nil {
 			lw.connMu.Unlock()
 			c.Close()
+			lw.metrics.RejectedNotServing()
 			return
 		}
 		fc := cfg.table.Lookup(src, dst)
 		if fc == nil {
 			lw.connMu.Unlock()
 			c.Close()
+			lw.metrics.RejectedNoFilterChain()
 			if !cfg.loggedNoChain.Swap(true) {
 				lw.log.Warningf("closing connection %v -> %v: no filter chain matches it and the Listener has no default chain (logged once per configuration)", src, dst)
 			}
@@ -407,6 +440,10 @@ func (lw *listenerWrapper) close(graceful bool) {
 	})
 	lw.ser.Close()
 	<-lw.ser.Done()
+	if lw.mode == connectivity.ServingModeServing {
+		// The serializer is done: lw.mode can be read here.
+		lw.metrics.ServingChanged(-1)
+	}
 
 	lw.connMu.Lock()
 	lw.active.Store(nil)

@@ -5,9 +5,11 @@ import (
 	"net"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 
+	"github.com/proxyless-grpc/xds/internal/metrics"
 	"github.com/proxyless-grpc/xds/xdsclient"
 )
 
@@ -80,6 +82,32 @@ func BootstrapContents(contents []byte) grpc.ServerOption {
 	return &bootstrapContentsOption{contents: contents}
 }
 
+// MeterProvider returns a server option that records the server's
+// OpenTelemetry metrics in mp. Without it (or with a nil mp) no metric is
+// recorded.
+//
+// The server records, per listener passed to Serve (attribute
+// grpc.xds_server.listener, the address as "ip:port"):
+// grpc.xds_server.serving (1 while serving, else 0),
+// grpc.xds_server.connections.accepted,
+// grpc.xds_server.connections.rejected (attribute grpc.xds_server.reason:
+// not_serving or no_filter_chain) and grpc.xds_server.drains (configuration
+// changes that started draining connections).
+//
+// The xDS client records the gRFC A78 metrics (grpc.xds_client.*, with
+// grpc.target "#server") in mp too, if this server creates it: servers with
+// equal bootstrap configurations share one client per pool (see ClientPool),
+// whose metrics go to the MeterProvider of the server that created it, or to
+// the pool's own xdsclient.Options.MeterProvider when set. Give servers that
+// need separate client metrics separate pools.
+//
+// # Experimental
+//
+// This option and the metrics it enables may change in a later release.
+func MeterProvider(mp metric.MeterProvider) grpc.ServerOption {
+	return &meterProviderOption{mp: mp}
+}
+
 // ClientPool returns a server option that takes the xDS client from p
 // instead of xdsclient.DefaultPool. Servers of one process whose bootstrap
 // configurations are equal share one client per pool. A nil p means
@@ -108,6 +136,11 @@ type bootstrapContentsOption struct {
 	contents []byte
 }
 
+type meterProviderOption struct {
+	grpc.EmptyServerOption
+	mp metric.MeterProvider
+}
+
 type clientPoolOption struct {
 	grpc.EmptyServerOption
 	p *xdsclient.Pool
@@ -121,6 +154,8 @@ type serverOptions struct {
 	drainJitter  time.Duration
 	bootstrap    []byte // nil: read the environment
 	pool         *xdsclient.Pool
+	meters       metric.MeterProvider // nil: no metrics
+	metrics      *metrics.Server      // nil without meters
 	// grpcOpts are every option that is not this package's, in order; they
 	// are given to every grpc.Server the GRPCServer creates.
 	grpcOpts []grpc.ServerOption
@@ -146,6 +181,8 @@ func parseOptions(opts []grpc.ServerOption) (*serverOptions, error) {
 			so.drainJitter = o.d
 		case *bootstrapContentsOption:
 			so.bootstrap = o.contents
+		case *meterProviderOption:
+			so.meters = o.mp
 		case *clientPoolOption:
 			so.pool = o.p
 			if so.pool == nil {
@@ -155,5 +192,6 @@ func parseOptions(opts []grpc.ServerOption) (*serverOptions, error) {
 			so.grpcOpts = append(so.grpcOpts, o)
 		}
 	}
+	so.metrics = metrics.NewServer(so.meters)
 	return so, nil
 }

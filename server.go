@@ -54,9 +54,9 @@ type serviceRegistration struct {
 
 // NewGRPCServer returns an xDS-enabled gRPC server. opts may mix this
 // package's options (ServingModeCallback, DrainGraceTime, DrainJitter,
-// BootstrapContents, ClientPool) with any grpc.ServerOption, which is passed
-// to every grpc.Server the GRPCServer creates (credentials, interceptors,
-// stats handlers, keepalive, ...).
+// BootstrapContents, ClientPool, MeterProvider) with any grpc.ServerOption,
+// which is passed to every grpc.Server the GRPCServer creates (credentials,
+// interceptors, stats handlers, keepalive, ...).
 //
 // The xDS bootstrap is read now: from BootstrapContents, else from the
 // environment variables GRPC_XDS_BOOTSTRAP_CONFIG (contents) and
@@ -87,7 +87,7 @@ func NewGRPCServer(opts ...grpc.ServerOption) (*GRPCServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, release, err := so.pool.Get(cfg)
+	client, release, err := so.pool.GetWithMeterProvider(cfg, so.meters)
 	if err != nil {
 		catalog.Stop()
 		return nil, fmt.Errorf("xds: creating the xDS client: %w", err)

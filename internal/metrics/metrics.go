@@ -1,0 +1,206 @@
+// Package metrics records the xDS server's OpenTelemetry metrics: serving
+// state, connections accepted and rejected, drains, and RBAC decisions, per
+// listener, under the "grpc.xds_server." prefix. (The xDS client records its
+// own gRFC A78 metrics, in package xdsclient.)
+//
+// Every recorder is nil-safe: a nil *Server, *Listener or *RBAC records
+// nothing, which is what a server without a MeterProvider uses. Recorders
+// precompute their attribute sets, so recording is one counter update with
+// no allocation, and are safe for concurrent use.
+package metrics
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc/grpclog"
+)
+
+var logger = grpclog.Component("xds-server")
+
+// MeterName is the instrumentation scope of the server's metrics.
+const MeterName = "github.com/proxyless-grpc/xds"
+
+// Metric names.
+const (
+	// Serving is an up-down counter: 1 while a listener serves, 0 otherwise
+	// (starting, not serving, stopped).
+	Serving = "grpc.xds_server.serving"
+	// ConnectionsAccepted counts the connections a listener accepted, before
+	// any decision about them.
+	ConnectionsAccepted = "grpc.xds_server.connections.accepted"
+	// ConnectionsRejected counts the accepted connections closed without a
+	// byte written (gRFC A36), with the reason in AttrReason.
+	ConnectionsRejected = "grpc.xds_server.connections.rejected"
+	// Drains counts the drains a listener started: a configuration change
+	// (a Listener update, the Listener going away) that drained at least one
+	// connection.
+	Drains = "grpc.xds_server.drains"
+	// RBACDecisions counts the RPCs an RBAC HTTP filter allowed or denied,
+	// with the filter in AttrRBACFilter and the outcome in AttrRBACDecision.
+	RBACDecisions = "grpc.xds_server.rbac.decisions"
+)
+
+// Attribute keys and values.
+const (
+	// AttrListener is the address of the listener passed to Serve, as
+	// "ip:port".
+	AttrListener = "grpc.xds_server.listener"
+	// AttrReason is why a connection was rejected: ReasonNotServing or
+	// ReasonNoFilterChain.
+	AttrReason          = "grpc.xds_server.reason"
+	ReasonNotServing    = "not_serving"
+	ReasonNoFilterChain = "no_filter_chain"
+	// AttrRBACFilter is the name of the RBAC HTTP filter (its name in the
+	// HttpConnectionManager's http_filters).
+	AttrRBACFilter = "grpc.xds_server.rbac.filter"
+	// AttrRBACDecision is DecisionAllowed or DecisionDenied.
+	AttrRBACDecision = "grpc.xds_server.rbac.decision"
+	DecisionAllowed  = "allowed"
+	DecisionDenied   = "denied"
+)
+
+// Server holds the instruments of one xDS server.
+type Server struct {
+	serving  metric.Int64UpDownCounter
+	accepted metric.Int64Counter
+	rejected metric.Int64Counter
+	drains   metric.Int64Counter
+	rbac     metric.Int64Counter
+}
+
+// NewServer creates the instruments on mp. A nil mp returns nil, which
+// records nothing. An instrument the provider cannot create is logged and
+// left out.
+func NewServer(mp metric.MeterProvider) *Server {
+	if mp == nil {
+		return nil
+	}
+	m := mp.Meter(MeterName)
+	s := &Server{}
+	var errs []error
+	keep := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	var err error
+	s.serving, err = m.Int64UpDownCounter(Serving, metric.WithUnit("{listener}"),
+		metric.WithDescription("1 while the listener serves, 0 while it does not (gRFC A36 serving mode)."))
+	keep(err)
+	s.accepted, err = m.Int64Counter(ConnectionsAccepted, metric.WithUnit("{connection}"),
+		metric.WithDescription("Connections accepted by the listener."))
+	keep(err)
+	s.rejected, err = m.Int64Counter(ConnectionsRejected, metric.WithUnit("{connection}"),
+		metric.WithDescription("Accepted connections closed without a byte written: the listener was not serving, or no filter chain matched."))
+	keep(err)
+	s.drains, err = m.Int64Counter(Drains, metric.WithUnit("{drain}"),
+		metric.WithDescription("Configuration changes that started draining connections of the listener."))
+	keep(err)
+	s.rbac, err = m.Int64Counter(RBACDecisions, metric.WithUnit("{call}"),
+		metric.WithDescription("RPCs allowed or denied by an RBAC HTTP filter."))
+	keep(err)
+	if len(errs) > 0 {
+		logger.Errorf("xds: creating metrics: %v", errs)
+	}
+	return s
+}
+
+// Listener returns the recorder of the listener at addr ("ip:port").
+func (s *Server) Listener(addr string) *Listener {
+	if s == nil {
+		return nil
+	}
+	lis := attribute.String(AttrListener, addr)
+	return &Listener{
+		s:          s,
+		addr:       lis,
+		attrs:      []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(lis))},
+		notServing: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(lis, attribute.String(AttrReason, ReasonNotServing)))},
+		noChain:    []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(lis, attribute.String(AttrReason, ReasonNoFilterChain)))},
+	}
+}
+
+// Listener records the metrics of one listener. Immutable.
+type Listener struct {
+	s          *Server
+	addr       attribute.KeyValue
+	attrs      []metric.AddOption // the listener
+	notServing []metric.AddOption // the listener, reason not_serving
+	noChain    []metric.AddOption // the listener, reason no_filter_chain
+}
+
+// ServingChanged records a serving state change: +1 when the listener
+// starts serving, -1 when it stops.
+func (l *Listener) ServingChanged(delta int64) {
+	if l != nil && l.s.serving != nil {
+		l.s.serving.Add(context.Background(), delta, l.attrs...)
+	}
+}
+
+// Accepted counts an accepted connection.
+func (l *Listener) Accepted() {
+	if l != nil && l.s.accepted != nil {
+		l.s.accepted.Add(context.Background(), 1, l.attrs...)
+	}
+}
+
+// RejectedNotServing counts a connection closed because the listener was
+// not serving.
+func (l *Listener) RejectedNotServing() {
+	if l != nil && l.s.rejected != nil {
+		l.s.rejected.Add(context.Background(), 1, l.notServing...)
+	}
+}
+
+// RejectedNoFilterChain counts a connection closed because no filter chain
+// matched it.
+func (l *Listener) RejectedNoFilterChain() {
+	if l != nil && l.s.rejected != nil {
+		l.s.rejected.Add(context.Background(), 1, l.noChain...)
+	}
+}
+
+// DrainStarted counts a drain.
+func (l *Listener) DrainStarted() {
+	if l != nil && l.s.drains != nil {
+		l.s.drains.Add(context.Background(), 1, l.attrs...)
+	}
+}
+
+// RBAC returns the recorder of the RBAC HTTP filter named filter on this
+// listener. Create it once per filter chain configuration (not per RPC);
+// its Allowed and Denied methods are cheap enough for every RPC.
+func (l *Listener) RBAC(filter string) *RBAC {
+	if l == nil || l.s.rbac == nil {
+		return nil
+	}
+	f := attribute.String(AttrRBACFilter, filter)
+	return &RBAC{
+		c:       l.s.rbac,
+		allowed: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(l.addr, f, attribute.String(AttrRBACDecision, DecisionAllowed)))},
+		denied:  []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(l.addr, f, attribute.String(AttrRBACDecision, DecisionDenied)))},
+	}
+}
+
+// RBAC records the decisions of one RBAC HTTP filter. Immutable.
+type RBAC struct {
+	c       metric.Int64Counter
+	allowed []metric.AddOption
+	denied  []metric.AddOption
+}
+
+// Allowed counts an RPC the filter let through.
+func (r *RBAC) Allowed(ctx context.Context) {
+	if r != nil {
+		r.c.Add(ctx, 1, r.allowed...)
+	}
+}
+
+// Denied counts an RPC the filter refused.
+func (r *RBAC) Denied(ctx context.Context) {
+	if r != nil {
+		r.c.Add(ctx, 1, r.denied...)
+	}
+}
