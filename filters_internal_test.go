@@ -46,7 +46,7 @@ func rbacN(n int) *rbacpb.RBAC {
 		}
 		rules.Policies[fmt.Sprintf("p%03d", i)] = &rbacconfigpb.Policy{
 			Permissions: []*rbacconfigpb.Permission{{Rule: &rbacconfigpb.Permission_UrlPath{UrlPath: &matcherpb.PathMatcher{Rule: &matcherpb.PathMatcher_Path{Path: &matcherpb.StringMatcher{MatchPattern: &matcherpb.StringMatcher_Exact{Exact: path}}}}}}},
-			Principals: []*rbacconfigpb.Principal{{Identifier: &rbacconfigpb.Principal_SourceIp{SourceIp: &corepb.CidrRange{AddressPrefix: "127.0.0.0", PrefixLen: wrapperspb.UInt32(8)}}}},
+			Principals:  []*rbacconfigpb.Principal{{Identifier: &rbacconfigpb.Principal_SourceIp{SourceIp: &corepb.CidrRange{AddressPrefix: "127.0.0.0", PrefixLen: wrapperspb.UInt32(8)}}}},
 		}
 	}
 	return &rbacpb.RBAC{Rules: rules}
