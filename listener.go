@@ -91,6 +91,9 @@ type listenerWrapper struct {
 	pending    *xdsresource.Listener    // a Listener waiting for its RDS answers
 	rds        map[string]*rdsState     // RDS watches by resource name
 	inlineBad  bool                     // inline routes logged as a configuration error
+	// connErrLogged: a connectivity error was logged as a warning since the
+	// last Listener answer; later ones are logged at info level.
+	connErrLogged bool
 }
 
 // newListenerWrapper starts watching p.name. The caller must call serve and,
@@ -140,11 +143,33 @@ func (w *ldsWatcher) ResourceError(err error, onDone func()) {
 func (w *ldsWatcher) AmbientError(err error, onDone func()) {
 	// A NACKed update or an unreachable control plane: the last good
 	// configuration keeps serving (gRFC A36), whatever the mode.
-	w.lw.schedule(func() { w.lw.log.Warningf("Listener %q: %v", w.lw.name, err) }, onDone)
+	w.lw.schedule(func() { w.lw.handleListenerAmbient(err) }, onDone)
+}
+
+// handleListenerAmbient logs an error that leaves the configuration as it
+// is, once: a NACK's reasons are logged as a warning by the xDS client, so
+// here at info level; a connectivity error, which repeats on every
+// reconnection attempt, is a warning the first time after the last Listener
+// answer and info after. Only called on the serializer.
+func (lw *listenerWrapper) handleListenerAmbient(err error) {
+	var kind xdsclient.ErrorKind
+	if xe := (*xdsclient.Error)(nil); errors.As(err, &xe) {
+		kind = xe.Kind
+	}
+	switch {
+	case kind == xdsclient.KindNACK:
+		lw.log.Infof("Listener %q: keeping the last good configuration: %v", lw.name, err)
+	case kind == xdsclient.KindConnection && lw.connErrLogged:
+		lw.log.Infof("Listener %q: %v", lw.name, err)
+	default:
+		lw.connErrLogged = kind == xdsclient.KindConnection
+		lw.log.Warningf("Listener %q: %v", lw.name, err)
+	}
 }
 
 // handleListener takes a new Listener. Only called on the serializer.
 func (lw *listenerWrapper) handleListener(l *xdsresource.Listener) {
+	lw.connErrLogged = false
 	if err := l.Table.CheckAddress(lw.addr); err != nil {
 		// Not a reason to NACK, but the server must not serve (gRFC A36).
 		lw.pending = nil
@@ -160,6 +185,7 @@ func (lw *listenerWrapper) handleListener(l *xdsresource.Listener) {
 // or was NACKed with no good version: not serving, every connection drained.
 // Only called on the serializer.
 func (lw *listenerWrapper) handleListenerError(err error) {
+	lw.connErrLogged = false
 	lw.pending = nil
 	lw.stopServing(err)
 }
