@@ -46,6 +46,16 @@
 // GOAWAYs of one drain over a window. An update of a RouteConfiguration
 // (RDS) applies to existing connections at once, without a drain.
 //
+// # Observability
+//
+// The server logs through grpclog (component "xds-server", each line
+// prefixed with its listener), so gRPC's log settings apply: serving-mode
+// transitions, drains, NACKs and handshake failures are logged once each,
+// never per RPC. With MeterProvider it records OpenTelemetry metrics, its
+// own (grpc.xds_server.*) and the xDS client's (grpc.xds_client.*, gRFC
+// A78). Package csds serves the xDS configuration of every xDS client of the
+// process (gRFC A40).
+//
 // # Per-RPC routing and the tap handle
 //
 // Each RPC is routed by the tap handle (grpc.InTapHandle) of its connection's
