@@ -50,6 +50,16 @@ func TestErrorKinds(t *testing.T) {
 			err:      &xdsclient.Error{Kind: xdsclient.KindConnection, Server: "s", NodeID: "n", Err: cause},
 			wantText: []string{"connection", `"s"`, ": cause"},
 		},
+		{
+			desc:     "timeout (gRFC A88)",
+			err:      &xdsclient.Error{Kind: xdsclient.KindTimeout, TypeName: "Listener", Name: "l", Server: "s", NodeID: "n", Err: cause},
+			wantText: []string{"not received in time", `"l"`, `"s"`, ": cause"},
+		},
+		{
+			desc:     "received error (xRFC TP3)",
+			err:      &xdsclient.Error{Kind: xdsclient.KindReceivedError, TypeName: "Listener", Name: "l", Server: "s", NodeID: "n", Err: cause},
+			wantText: []string{"reported an error", `"l"`, ": cause"},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
