@@ -89,13 +89,17 @@ type ResourceWatcher interface {
 	// ResourceError says the resource is unavailable: it does not exist
 	// (errors.Is(err, ErrResourceDoesNotExist): the does-not-exist timer
 	// fired, or it was deleted from a State-of-the-World response), it was
-	// NACKed and no valid value was ever received, its name is invalid, or
-	// its authority is not in the bootstrap. The watcher should stop using
-	// any value it had. A later ResourceChanged may follow.
+	// NACKed and no valid value was ever received, its timer fired under
+	// the resource_timer_is_transient_error server feature (KindTimeout),
+	// the server sent an error for it and no valid value was received
+	// (KindReceivedError), its name is invalid, or its authority is not in
+	// the bootstrap. The watcher should stop using any value it had. A later
+	// ResourceChanged may follow.
 	ResourceError(err error, onDone func())
 
 	// AmbientError reports a problem that does not invalidate the last value
-	// delivered: a NACKed update of a cached resource, or a connectivity
+	// delivered: a NACKed update of a cached resource, an error the server
+	// sent for a cached resource (KindReceivedError), or a connectivity
 	// problem with the management server. A watcher that has a value keeps
 	// using it; a watcher that has none yet (connectivity errors are
 	// reported to every watcher of the server) can use the error to explain
