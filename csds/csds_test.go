@@ -310,3 +310,21 @@ func TestRegisterNilAndClose(t *testing.T) {
 		t.Errorf("FetchClientStatus after Close: %v, want UNAVAILABLE", err)
 	}
 }
+
+// With the resource_timer_is_transient_error server feature, a Listener that
+// does not arrive before the timer is reported TIMEOUT (gRFC A88).
+func TestTimeout(t *testing.T) {
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	env.bootstrap = e2e.Bootstrap(t, e2e.BootstrapOptions{
+		ServerURIs:                         []string{env.ms.Address},
+		NodeID:                             env.nodeID,
+		ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
+		ServerFeatures:                     []string{xdsclient.ServerFeatureResourceTimerIsTransientError},
+	})
+	cl := startCSDS(t)
+	pool := xdsclient.NewPool(xdsclient.Options{WatchExpiryTimeout: 100 * time.Millisecond})
+	_, addrs := env.serve(t, 1, nil, xds.ClientPool(pool))
+	k := resourceKey{listenerURL, e2e.ServerListenerName("127.0.0.1", uint32(addrs[0].Port))}
+	waitForStatuses(ctx, t, cl, env.nodeID, map[resourceKey]adminpb.ClientResourceStatus{k: adminpb.ClientResourceStatus_TIMEOUT})
+}
