@@ -2,6 +2,7 @@ package csds_test
 
 import (
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	csdspb "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	matcherpb "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -262,29 +264,28 @@ func TestEveryClientReported(t *testing.T) {
 func TestRegisterOnXDSServer(t *testing.T) {
 	ctx := testContext(t)
 	env := newTestEnv(t)
+	serving := make(chan struct{}, 1)
 	_, addrs := env.serve(t, 1, func(s *xds.GRPCServer) {
 		if err := csds.Register(s); err != nil {
 			t.Fatalf("csds.Register: %v", err)
 		}
-	})
+	}, xds.ServingModeCallback(func(_ net.Addr, a xds.ServingModeChangeArgs) {
+		if a.Mode == connectivity.ServingModeServing {
+			serving <- struct{}{}
+		}
+	}))
 	lis := e2e.DefaultServerListener("127.0.0.1", uint32(addrs[0].Port), "")
 	if err := env.ms.Update(ctx, e2e.Resources{Listeners: []*listenerpb.Listener{lis}}); err != nil {
 		t.Fatal(err)
 	}
-	cl := dialCSDS(t, addrs[0])
-	var resp *csdspb.ClientStatusResponse
-	for {
-		var err error
-		rctx, cancel := context.WithTimeout(ctx, time.Second)
-		resp, err = cl.FetchClientStatus(rctx, &csdspb.ClientStatusRequest{})
-		cancel()
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("FetchClientStatus through the xDS server: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	select {
+	case <-serving:
+	case <-ctx.Done():
+		t.Fatal("the xDS server did not start serving")
+	}
+	resp, err := dialCSDS(t, addrs[0]).FetchClientStatus(ctx, &csdspb.ClientStatusRequest{})
+	if err != nil {
+		t.Fatalf("FetchClientStatus through the xDS server: %v", err)
 	}
 	g := byResource(configOf(resp, env.nodeID))[resourceKey{listenerURL, lis.GetName()}]
 	if g.GetClientStatus() != adminpb.ClientResourceStatus_ACKED {
