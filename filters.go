@@ -17,6 +17,7 @@ import (
 	"github.com/proxyless-grpc/xds/filterchain"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/httpfilter/rbacfilter"
+	"github.com/proxyless-grpc/xds/internal/metrics"
 	"github.com/proxyless-grpc/xds/internal/routing"
 )
 
@@ -38,7 +39,7 @@ type routeFilters struct {
 // (instance, config, override) triples share one step, and routes with the
 // same steps share one slice. A step that fails to build fails its route's
 // RPCs with UNAVAILABLE: fail closed, never open.
-func buildRouteFilters(hcm *filterchain.HTTPConnectionManager, r *routing.Router) *routeFilters {
+func buildRouteFilters(hcm *filterchain.HTTPConnectionManager, r *routing.Router, m *metrics.Listener) *routeFilters {
 	rf := &routeFilters{hcm: hcm}
 	routes := r.Routes()
 	memo := make(map[stepKey]httpfilter.Step)
@@ -46,7 +47,7 @@ func buildRouteFilters(hcm *filterchain.HTTPConnectionManager, r *routing.Router
 	for _, rt := range routes {
 		var steps []httpfilter.Step
 		for _, in := range hcm.Filters {
-			if s := buildStep(memo, in, rt.FilterOverrides[in.Name]); s != nil {
+			if s := buildStep(memo, in, rt.FilterOverrides[in.Name], m); s != nil {
 				steps = append(steps, s)
 			}
 		}
@@ -70,7 +71,7 @@ type stepKey struct {
 	config, override httpfilter.Config
 }
 
-func buildStep(memo map[stepKey]httpfilter.Step, in httpfilter.Instance, override httpfilter.Config) httpfilter.Step {
+func buildStep(memo map[stepKey]httpfilter.Step, in httpfilter.Instance, override httpfilter.Config, m *metrics.Listener) httpfilter.Step {
 	key := stepKey{name: in.Name, config: in.Config, override: override}
 	comparable := isComparable(in.Config) && isComparable(override)
 	if comparable {
@@ -81,6 +82,9 @@ func buildStep(memo map[stepKey]httpfilter.Step, in httpfilter.Instance, overrid
 	s, err := in.Filter.BuildStep(in.Name, in.Config, override)
 	if err != nil {
 		s = failStep{err: status.Errorf(codes.Unavailable, "xds: HTTP filter %q: %v", in.Name, err)}
+	}
+	if rs, ok := s.(*rbacfilter.Step); ok && m != nil {
+		s = countedRBACStep{step: rs, rec: m.RBAC(in.Name)}
 	}
 	if comparable {
 		memo[key] = s
@@ -104,6 +108,25 @@ func sameSteps(a, b []httpfilter.Step) bool {
 	return true
 }
 
+// countedRBACStep is an RBAC step whose decisions are counted in the
+// grpc.xds_server.rbac.decisions metric. It is used only when the server has
+// a MeterProvider, so a server without metrics pays nothing for it.
+type countedRBACStep struct {
+	step *rbacfilter.Step
+	rec  *metrics.RBAC
+}
+
+func (s countedRBACStep) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, error) {
+	ctx, err := s.step.Run(ctx, rpc)
+	switch {
+	case err == nil:
+		s.rec.Allowed(ctx)
+	case status.Code(err) == codes.PermissionDenied:
+		s.rec.Denied(ctx)
+	}
+	return ctx, err
+}
+
 // failStep fails every RPC of its route with err.
 type failStep struct{ err error }
 
@@ -113,10 +136,10 @@ func (s failStep) Run(ctx context.Context, _ httpfilter.RPC) (context.Context, e
 
 // newRouteTable returns the table of router for the HttpConnectionManagers
 // hcms, with their filter steps precomputed.
-func newRouteTable(router *routing.Router, hcms []*filterchain.HTTPConnectionManager) *routeTable {
+func newRouteTable(router *routing.Router, hcms []*filterchain.HTTPConnectionManager, m *metrics.Listener) *routeTable {
 	rt := &routeTable{router: router}
 	for _, h := range hcms {
-		rt.filters = append(rt.filters, buildRouteFilters(h, router))
+		rt.filters = append(rt.filters, buildRouteFilters(h, router, m))
 	}
 	return rt
 }
@@ -125,7 +148,7 @@ func newRouteTable(router *routing.Router, hcms []*filterchain.HTTPConnectionMan
 // rt itself when it has those already, else a new table reusing rt's steps
 // of the HttpConnectionManagers still in hcms (so that the steps of ones no
 // longer used are dropped). rt is not modified.
-func (rt *routeTable) forUsers(hcms []*filterchain.HTTPConnectionManager) *routeTable {
+func (rt *routeTable) forUsers(hcms []*filterchain.HTTPConnectionManager, m *metrics.Listener) *routeTable {
 	if rt == nil || rt.router == nil {
 		return rt
 	}
@@ -140,7 +163,7 @@ func (rt *routeTable) forUsers(hcms []*filterchain.HTTPConnectionManager) *route
 	for _, h := range hcms {
 		f := rt.find(h)
 		if f == nil {
-			f = buildRouteFilters(h, rt.router)
+			f = buildRouteFilters(h, rt.router, m)
 		}
 		out.filters = append(out.filters, f)
 	}

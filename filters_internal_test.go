@@ -70,7 +70,7 @@ func rbacTapServer(t testing.TB, cfg *rbacpb.RBAC, rc *routepb.RouteConfiguratio
 	}
 	hcm := &filterchain.HTTPConnectionManager{Routes: r, Filters: filters}
 	fc := &filterchain.FilterChain{Name: "fc", HCM: hcm}
-	return &chainServer{chain: fc, routes: routeSource{fixed: inlineRoutes(fc)}}
+	return &chainServer{chain: fc, routes: routeSource{fixed: inlineRoutes(fc, nil)}}
 }
 
 func peerContext() context.Context {

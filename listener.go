@@ -271,7 +271,7 @@ func (lw *listenerWrapper) routeSource(fc *filterchain.FilterChain) routeSource 
 	if name := fc.HCM.RDSName; name != "" {
 		return routeSource{rds: lw.rds[name]}
 	}
-	return routeSource{fixed: inlineRoutes(fc)}
+	return routeSource{fixed: inlineRoutes(fc, lw.metrics)}
 }
 
 // stopServing enters "not serving" because of err: new connections are

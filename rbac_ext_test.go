@@ -13,6 +13,7 @@ import (
 	rbacconfigpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -20,7 +21,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/proxyless-grpc/xds"
 	"github.com/proxyless-grpc/xds/audit"
+	"github.com/proxyless-grpc/xds/internal/metrics"
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 )
 
@@ -362,6 +366,34 @@ func TestRBAC_LDSUpdateWithRDSRoutes(t *testing.T) {
 		waitForCode(ctx, t, fmt.Sprintf("update %d: %s", i, allowed), codes.OK, call)
 		if got := otherCall(ctx); got != codes.PermissionDenied {
 			t.Errorf("update %d: %s: %v, want PERMISSION_DENIED", i, other, got)
+		}
+	}
+}
+
+// TestRBAC_DecisionMetrics: with a MeterProvider, every RBAC decision is
+// counted in grpc.xds_server.rbac.decisions by filter and outcome.
+func TestRBAC_DecisionMetrics(t *testing.T) {
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	mr := testutils.NewMetricReader(t)
+	cfg := rbacRules(rbacconfigpb.RBAC_DENY, map[string]*rbacconfigpb.Policy{"deny-mallory": {
+		Permissions: []*rbacconfigpb.Permission{anyPermission()},
+		Principals:  []*rbacconfigpb.Principal{headerPrincipal("x-user", "mallory")},
+	}})
+	_, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
+		return rbacListener(t, a, cfg, allRoutes("r"), "")
+	}, nil, xds.MeterProvider(mr.Provider))
+	c := newClient(t, addr, "127.0.0.1", 0)
+	for _, user := range []string{"alice", "mallory", "bob", "mallory", "mallory"} {
+		c.emptyCall(metadata.AppendToOutgoingContext(ctx, "x-user", user))
+	}
+	lis := attribute.String(metrics.AttrListener, addr.String())
+	for decision, want := range map[string]int64{metrics.DecisionAllowed: 2, metrics.DecisionDenied: 3} {
+		got, _ := mr.Value(t, metrics.RBACDecisions, lis,
+			attribute.String(metrics.AttrRBACFilter, rbacFilterName),
+			attribute.String(metrics.AttrRBACDecision, decision))
+		if got != want {
+			t.Errorf("%s{decision=%s} = %d, want %d", metrics.RBACDecisions, decision, got, want)
 		}
 	}
 }

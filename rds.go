@@ -3,6 +3,7 @@ package xds
 import (
 	"errors"
 	"fmt"
+	"github.com/proxyless-grpc/xds/internal/metrics"
 	"slices"
 	"sync/atomic"
 
@@ -105,7 +106,7 @@ func (lw *listenerWrapper) handleRDS(st *rdsState, rt *routeTable) {
 	if rt.router != nil {
 		// gRFC A39: filter configs are merged with the routes' overrides
 		// when the routes are applied, not per RPC.
-		rt = newRouteTable(rt.router, lw.rdsUsers(st.name))
+		rt = newRouteTable(rt.router, lw.rdsUsers(st.name), lw.metrics)
 	}
 	st.table.Store(rt)
 	st.answered = true
@@ -171,7 +172,7 @@ func (lw *listenerWrapper) startRDSWatches(l *xdsresource.Listener) {
 			// received: compute their steps before it is applied, and drop
 			// those no chain uses any more.
 			if rt := st.table.Load(); rt != nil && !rt.has(fc.HCM) {
-				st.table.Store(rt.forUsers(lw.rdsUsers(name)))
+				st.table.Store(rt.forUsers(lw.rdsUsers(name), lw.metrics))
 			}
 			continue
 		}
@@ -210,8 +211,8 @@ func (lw *listenerWrapper) rdsUsers(name string) []*filterchain.HTTPConnectionMa
 
 // inlineRoutes returns the route table of a chain with an inline route
 // configuration. Only called on the serializer.
-func inlineRoutes(fc *filterchain.FilterChain) *routeTable {
-	return newRouteTable(fc.HCM.Routes, []*filterchain.HTTPConnectionManager{fc.HCM})
+func inlineRoutes(fc *filterchain.FilterChain, m *metrics.Listener) *routeTable {
+	return newRouteTable(fc.HCM.Routes, []*filterchain.HTTPConnectionManager{fc.HCM}, m)
 }
 
 // cancelUnusedRDSWatches cancels the RDS watches that neither the active

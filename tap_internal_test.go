@@ -29,7 +29,7 @@ func tapTestServer(t testing.TB, rc *routepb.RouteConfiguration, rdsErr error) *
 		if err != nil {
 			t.Fatal(err)
 		}
-		rt = newRouteTable(r, []*filterchain.HTTPConnectionManager{hcm})
+		rt = newRouteTable(r, []*filterchain.HTTPConnectionManager{hcm}, nil)
 	}
 	return &chainServer{
 		chain:  &filterchain.FilterChain{Name: "fc", HCM: hcm},
