@@ -92,22 +92,22 @@ func (c *serverCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthI
 	}
 	cfg, err := cs.sec.tlsConfig(sec, cs.lw.client.BootstrapConfig().CertProviders)
 	if err != nil {
-		err = fmt.Errorf("xds: TLS handshake with %v on filter chain %q: %w", raw.RemoteAddr(), cs.chain.Name, err)
-		cs.lw.log.Warningf("%v", err)
-		return nil, nil, err
+		cs.lw.handshakeFailed(cs.chain.Name, addrPort(raw.RemoteAddr()), err)
+		return nil, nil, fmt.Errorf("xds: TLS handshake with %v on filter chain %q: %w", raw.RemoteAddr(), cs.chain.Name, err)
 	}
 	conn := tls.Server(raw, cfg)
 	// The deadline gRPC set on raw bounds the handshake.
 	if err := conn.HandshakeContext(context.Background()); err != nil {
-		err = fmt.Errorf("xds: TLS handshake with %v on filter chain %q failed: %w", raw.RemoteAddr(), cs.chain.Name, err)
 		if errors.Is(err, io.EOF) {
 			// The peer closed without a handshake, as TCP health checks
 			// do: not worth a warning each time.
-			cs.lw.log.Infof("%v", err)
+			cs.lw.log.Infof("filter chain %q: %v closed the connection before the TLS handshake", cs.chain.Name, raw.RemoteAddr())
 		} else {
-			cs.lw.log.Warningf("%v", err)
+			// At most one warning a minute per chain: a misconfigured
+			// client fleet must not flood the log.
+			cs.lw.handshakeFailed(cs.chain.Name, addrPort(raw.RemoteAddr()), err)
 		}
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("xds: TLS handshake with %v on filter chain %q failed: %w", raw.RemoteAddr(), cs.chain.Name, err)
 	}
 	state := conn.ConnectionState()
 	return conn, credentials.TLSInfo{

@@ -95,13 +95,13 @@ func (lw *listenerWrapper) handshakeFailed(chain string, src netip.AddrPort, err
 
 	if !warn {
 		if logger.V(2) {
-			lw.log.Infof("filter chain %q: handshake with %v failed: %v", chain, src, err)
+			lw.log.Infof("filter chain %q: TLS handshake with %v failed: %v", chain, src, err)
 		}
 		return
 	}
 	if suppressed > 0 {
-		lw.log.Warningf("filter chain %q: handshake with %v failed: %v (%d more failure(s) since the last warning, logged at verbosity 2)", chain, src, err, suppressed)
+		lw.log.Warningf("filter chain %q: TLS handshake with %v failed: %v (%d more failure(s) since the last warning, logged at verbosity 2)", chain, src, err, suppressed)
 		return
 	}
-	lw.log.Warningf("filter chain %q: handshake with %v failed: %v", chain, src, err)
+	lw.log.Warningf("filter chain %q: TLS handshake with %v failed: %v", chain, src, err)
 }
