@@ -216,7 +216,13 @@ func TestUserInterceptorsAndStatsHandler(t *testing.T) {
 	if diff := cmp.Diff(streams.get(), []string{methodStream}); diff != "" {
 		t.Errorf("user stream interceptor saw (-got, +want):\n%s", diff)
 	}
+	// The server reports stats.End after writing the status, so the client
+	// can see an RPC finish a moment before the handler hears of it.
 	ended := sh.ended.get()
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline) &&
+		(!slices.Contains(ended, methodEmpty) || !slices.Contains(ended, methodStream)); ended = sh.ended.get() {
+		time.Sleep(5 * time.Millisecond)
+	}
 	for _, m := range []string{methodEmpty, methodStream} {
 		if !slices.Contains(ended, m) {
 			t.Errorf("stats handler saw successful RPCs %v, want %s among them", ended, m)
