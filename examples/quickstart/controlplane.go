@@ -8,10 +8,13 @@ import (
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	rbacconfigpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	rbacpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	routerpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	matcherpb "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	cachetypes "github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -32,6 +35,7 @@ const listenerNameTemplate = "grpc/server?xds.resource.listening_address=%s"
 type controlPlane struct {
 	addr      string
 	listeners *cachev3.LinearCache
+	routes    *cachev3.LinearCache
 	srv       *grpc.Server
 	served    chan error
 }
@@ -45,17 +49,18 @@ func startControlPlane(ctx context.Context) (*controlPlane, error) {
 	cp := &controlPlane{
 		addr:      lis.Addr().String(),
 		listeners: cachev3.NewLinearCache(resourcev3.ListenerType),
+		routes:    cachev3.NewLinearCache(resourcev3.RouteType),
 		// WaitForHandlers: Stop returns once every ADS stream has ended.
 		srv:    grpc.NewServer(grpc.WaitForHandlers(true)),
 		served: make(chan error, 1),
 	}
-	// The demo's Listeners carry their routes inline, so only Listeners are
-	// asked for; a RouteConfiguration cache is there for servers using RDS.
+	// The server asks for its Listener, then for the RouteConfiguration the
+	// Listener names (RDS over the same ADS stream).
 	mux := &cachev3.MuxCache{
 		Classify: func(r *cachev3.Request) string { return r.GetTypeUrl() },
 		Caches: map[string]cachev3.Cache{
 			resourcev3.ListenerType: cp.listeners,
-			resourcev3.RouteType:    cachev3.NewLinearCache(resourcev3.RouteType),
+			resourcev3.RouteType:    cp.routes,
 		},
 	}
 	discoverypb.RegisterAggregatedDiscoveryServiceServer(cp.srv, serverv3.NewServer(ctx, mux, nil))
@@ -71,6 +76,15 @@ func (cp *controlPlane) setListeners(ls ...*listenerpb.Listener) {
 		m[l.GetName()] = l
 	}
 	cp.listeners.SetResources(m)
+}
+
+// setRoutes publishes rc (a new version of it if it exists) and pushes it to
+// the servers that use it.
+func (cp *controlPlane) setRoutes(rc *routepb.RouteConfiguration) {
+	// UpdateResource fails only on a nil resource.
+	if err := cp.routes.UpdateResource(rc.GetName(), rc); err != nil {
+		panic(err)
+	}
 }
 
 // stop ends every ADS stream and closes the control plane's port.
@@ -103,16 +117,23 @@ func bootstrapJSON(cpAddr string) ([]byte, error) {
 }
 
 // serverListener is the Listener for the xDS server listening on addr: one
-// filter chain, whose HttpConnectionManager routes RPCs with routes (inline)
-// and the router filter.
-func serverListener(addr *net.TCPAddr, routes *routepb.RouteConfiguration) *listenerpb.Listener {
+// filter chain, whose HttpConnectionManager gets its routes from the
+// RouteConfiguration named routes (RDS, over the ADS stream) and runs
+// filters, then the router.
+func serverListener(addr *net.TCPAddr, routes string, filters ...*hcmpb.HttpFilter) *listenerpb.Listener {
 	hcm := &hcmpb.HttpConnectionManager{
-		StatPrefix:     "quickstart",
-		RouteSpecifier: &hcmpb.HttpConnectionManager_RouteConfig{RouteConfig: routes},
-		HttpFilters: []*hcmpb.HttpFilter{{
+		StatPrefix: "quickstart",
+		RouteSpecifier: &hcmpb.HttpConnectionManager_Rds{Rds: &hcmpb.Rds{
+			RouteConfigName: routes,
+			ConfigSource: &corepb.ConfigSource{
+				ConfigSourceSpecifier: &corepb.ConfigSource_Ads{Ads: &corepb.AggregatedConfigSource{}},
+				ResourceApiVersion:    corepb.ApiVersion_V3,
+			},
+		}},
+		HttpFilters: append(filters, &hcmpb.HttpFilter{
 			Name:       "router",
 			ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: mustAny(&routerpb.Router{})},
-		}},
+		}),
 	}
 	return &listenerpb.Listener{
 		Name: fmt.Sprintf(listenerNameTemplate, addr),
@@ -126,6 +147,40 @@ func serverListener(addr *net.TCPAddr, routes *routepb.RouteConfiguration) *list
 				Name:       "envoy.filters.network.http_connection_manager",
 				ConfigType: &listenerpb.Filter_TypedConfig{TypedConfig: mustAny(hcm)},
 			}},
+		}},
+	}
+}
+
+// denyHeader is an RBAC HTTP filter (gRFC A41) that denies every RPC whose
+// metadata has header = value, and allows the others.
+func denyHeader(header, value string) *hcmpb.HttpFilter {
+	policy := &rbacconfigpb.Policy{
+		Permissions: []*rbacconfigpb.Permission{{Rule: &rbacconfigpb.Permission_Any{Any: true}}},
+		Principals: []*rbacconfigpb.Principal{{Identifier: &rbacconfigpb.Principal_Header{Header: &routepb.HeaderMatcher{
+			Name: header,
+			HeaderMatchSpecifier: &routepb.HeaderMatcher_StringMatch{StringMatch: &matcherpb.StringMatcher{
+				MatchPattern: &matcherpb.StringMatcher_Exact{Exact: value},
+			}},
+		}}}},
+	}
+	rbac := &rbacpb.RBAC{Rules: &rbacconfigpb.RBAC{
+		Action:   rbacconfigpb.RBAC_DENY,
+		Policies: map[string]*rbacconfigpb.Policy{"deny-" + value: policy},
+	}}
+	return &hcmpb.HttpFilter{
+		Name:       "rbac",
+		ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: mustAny(rbac)},
+	}
+}
+
+// forwardMethod sends the RPCs of one method to a cluster, which is a proxy's
+// job: an xDS server fails them with UNAVAILABLE.
+func forwardMethod(name, method, cluster string) *routepb.Route {
+	return &routepb.Route{
+		Name:  name,
+		Match: &routepb.RouteMatch{PathSpecifier: &routepb.RouteMatch_Path{Path: method}},
+		Action: &routepb.Route_Route{Route: &routepb.RouteAction{
+			ClusterSpecifier: &routepb.RouteAction_Cluster{Cluster: cluster},
 		}},
 	}
 }
@@ -146,18 +201,6 @@ func serveRoute(name, prefix string) *routepb.Route {
 		Name:   name,
 		Match:  &routepb.RouteMatch{PathSpecifier: &routepb.RouteMatch_Prefix{Prefix: prefix}},
 		Action: &routepb.Route_NonForwardingAction{NonForwardingAction: &routepb.NonForwardingAction{}},
-	}
-}
-
-// forwardRoute sends the RPCs whose method starts with prefix to a cluster,
-// which is a proxy's job: an xDS server fails them with UNAVAILABLE.
-func forwardRoute(name, prefix, cluster string) *routepb.Route {
-	return &routepb.Route{
-		Name:  name,
-		Match: &routepb.RouteMatch{PathSpecifier: &routepb.RouteMatch_Prefix{Prefix: prefix}},
-		Action: &routepb.Route_Route{Route: &routepb.RouteAction{
-			ClusterSpecifier: &routepb.RouteAction_Cluster{Cluster: cluster},
-		}},
 	}
 }
 

@@ -4,20 +4,29 @@
 //	go run ./examples/quickstart
 //
 // It starts, in one process and on 127.0.0.1 only, an xDS control plane
-// (go-control-plane) and a gRPC server built with xds.NewGRPCServer, whose
-// bootstrap is passed in memory with xds.BootstrapContents (no file, no
-// environment variable). A client then calls the server while the control
-// plane changes its configuration, and the program prints what happens:
+// (go-control-plane) and a gRPC server built with xds.NewGRPCServer (a
+// greeter service and CSDS), whose bootstrap is passed in memory with
+// xds.BootstrapContents (no file, no environment variable). A client then
+// calls the server while the control plane changes its configuration, and
+// the program prints what happens, each line with the time since the start:
 //
 //  1. Before the control plane has a Listener for it, the server is not
 //     serving: it accepts connections and closes them, so RPCs fail.
-//  2. The control plane publishes a Listener whose routes let every RPC
-//     through: the server becomes SERVING and RPCs succeed.
-//  3. The control plane publishes a Listener that lets only EmptyCall
-//     through: other methods now fail with UNAVAILABLE, while a stream
-//     opened before the update still finishes normally, because the old
-//     connection is drained rather than cut.
-//  4. The control plane deletes the Listener: the server is NOT_SERVING
+//  2. The control plane publishes a Listener whose HttpConnectionManager
+//     takes its routes from a RouteConfiguration over RDS, and routes that
+//     let every RPC through: the server becomes SERVING and RPCs succeed.
+//  3. A new Listener runs an RBAC filter before the router, denying RPCs
+//     with the header x-user: mallory: mallory gets PERMISSION_DENIED, alice
+//     is served.
+//  4. Only the RouteConfiguration changes (RDS): UnaryCall now fails with
+//     UNAVAILABLE on the open connection at once; the client does not dial
+//     again (it counts its dials).
+//  5. A new Listener without the RBAC filter: the changed filter chain's
+//     connection is drained, and a stream opened before the update still
+//     finishes normally.
+//  6. The client calls the server's CSDS service and prints each xDS
+//     resource with its version and status.
+//  7. The control plane deletes the Listener: the server is NOT_SERVING
 //     again, and the callback says why.
 //
 // Then everything is stopped and the program exits 0; on any failure, or
@@ -33,7 +42,11 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	adminpb "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
+	csdspb "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -41,11 +54,13 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/proxyless-grpc/xds"
+	"github.com/proxyless-grpc/xds/csds"
 )
 
 func main() {
@@ -72,7 +87,16 @@ func main() {
 // run tells the story of the package documentation on out. It returns an
 // error if anything does not happen as told, or when ctx is done.
 func run(ctx context.Context, out io.Writer) error {
-	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
+	start := time.Now()
+	// say prints a line with the time since the start; more continues it.
+	say := func(format string, args ...any) {
+		fmt.Fprintf(out, "[+%.2fs] "+format+"\n", append([]any{time.Since(start).Seconds()}, args...)...)
+	}
+	more := func(format string, args ...any) { fmt.Fprintf(out, "         "+format+"\n", args...) }
+	step := func(format string, args ...any) {
+		fmt.Fprintln(out)
+		say(format, args...)
+	}
 
 	// The control plane.
 	cp, err := startControlPlane(ctx)
@@ -84,7 +108,7 @@ func run(ctx context.Context, out io.Writer) error {
 	say("Started an xDS control plane (go-control-plane) on %s.", cp.addr)
 
 	// The xDS-managed server: a bootstrap pointing at the control plane, a
-	// callback reporting the serving mode, and a greeter service.
+	// callback reporting the serving mode, a greeter service and CSDS.
 	bootstrap, err := bootstrapJSON(cp.addr)
 	if err != nil {
 		return err
@@ -110,6 +134,10 @@ func run(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	testgrpc.RegisterTestServiceServer(srv, greeter{})
+	if err := csds.Register(srv); err != nil { // what xDS configuration the process runs with
+		srv.Stop()
+		return err
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		srv.Stop()
@@ -124,14 +152,20 @@ func run(ctx context.Context, out io.Writer) error {
 		return <-served
 	})
 	defer stopServer()
-	say("Started an xDS-managed gRPC server (xds.NewGRPCServer) on %s, with this bootstrap", addr)
-	say("(passed in memory with xds.BootstrapContents):\n   %s", strings.ReplaceAll(string(bootstrap), "\n", "\n   "))
-	say("It asks the control plane for its configuration: the Listener %q.", fmt.Sprintf(listenerNameTemplate, addr))
+	say("Started an xDS-managed gRPC server (xds.NewGRPCServer) on %s, with a greeter service and CSDS,", addr)
+	more("and this bootstrap (passed in memory with xds.BootstrapContents):\n            %s", strings.ReplaceAll(string(bootstrap), "\n", "\n            "))
+	more("It asks the control plane for its configuration: the Listener %q.", fmt.Sprintf(listenerNameTemplate, addr))
 
-	// A plain gRPC client. A short reconnect backoff keeps the demo quick
-	// after the server has refused connections.
+	// A plain gRPC client that counts its connections. A short reconnect
+	// backoff keeps the demo quick after the server has refused connections.
+	var dials atomic.Int64
 	conn, err := grpc.NewClient(addr.String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+			dials.Add(1)
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", a)
+		}),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, MaxDelay: 200 * time.Millisecond},
 			MinConnectTimeout: time.Second,
@@ -142,28 +176,55 @@ func run(ctx context.Context, out io.Writer) error {
 	defer conn.Close()
 	client := testgrpc.NewTestServiceClient(conn)
 
-	// 1. No configuration yet. The server reports NOT_SERVING only when the Listener is known not to
-	// exist: when it is deleted, or when the control plane has not sent it
-	// within 15 s of the request (the xDS does-not-exist timer). Until then
-	// it is not serving either, without a callback.
-	say("\n1. The control plane has no Listener for the server yet, so the server is not serving.")
-	_, rpcErr := greet(ctx, client, "before any configuration", false)
+	// 1. No configuration yet. The server reports NOT_SERVING only when the
+	// Listener is known not to exist: when it is deleted, or when the control
+	// plane has not sent it within 15 s of the request (the xDS
+	// does-not-exist timer). Until then it is not serving either, without a
+	// callback.
+	step("1. The control plane has no Listener for the server yet, so the server is not serving.")
+	_, rpcErr := greet(ctx, client, "before any configuration", "", false)
 	if status.Code(rpcErr) != codes.Unavailable {
 		return fmt.Errorf("an RPC to a server that is not serving: got %v, want code Unavailable", rpcErr)
 	}
 	say("   client:   UnaryCall failed with code %v: the server closes every connection until it is configured.", status.Code(rpcErr))
 
-	// 2. A Listener that lets every RPC through.
-	say("\n2. The control plane publishes a Listener: one filter chain, whose route %q lets every RPC (prefix \"/\") through.", "everything")
-	cp.setListeners(serverListener(addr, routeConfig("open", serveRoute("everything", "/"))))
+	// 2. A Listener whose routes come from RDS, and routes that let every
+	// RPC through.
+	step("2. The control plane publishes a Listener: one filter chain, the router, and the routes of the")
+	more("   RouteConfiguration %q (RDS), which it publishes too: route %q lets every RPC through.", routesName, "everything")
+	cp.setRoutes(routeConfig(routesName, serveRoute("everything", "/")))
+	cp.setListeners(serverListener(addr, routesName))
 	if err := expectMode(ctx, modes, connectivity.ServingModeServing, say); err != nil {
 		return err
 	}
-	reply, err := greet(ctx, client, "newcomer", true)
+	reply, err := greet(ctx, client, "newcomer", "", true)
 	if err != nil {
 		return fmt.Errorf("UnaryCall on a serving server: %w", err)
 	}
 	say("   client:   UnaryCall succeeded: %q", reply)
+
+	// 3. An RBAC policy: a new Listener whose filter chain runs the RBAC
+	// filter before the router.
+	step("3. The control plane publishes a new Listener whose filter chain runs an RBAC filter before the")
+	more("   router: DENY every RPC with the header x-user: mallory.")
+	cp.setListeners(serverListener(addr, routesName, denyHeader("x-user", "mallory")))
+	// The serving mode does not change; the client's connection, configured
+	// by the old Listener, is drained, and the next one has the policy.
+	denied, err := untilStatus(ctx, func(ctx context.Context) error {
+		_, err := greet(ctx, client, "mallory", "mallory", true)
+		return err
+	}, codes.PermissionDenied, "RBAC")
+	if err != nil {
+		return fmt.Errorf("UnaryCall as mallory after the RBAC policy: %w", err)
+	}
+	say("   client:   UnaryCall as mallory failed with code %v: %s", denied.Code(), denied.Message())
+	more("   (the client's connection made under the old Listener was drained; its new one has the policy)")
+	if reply, err = greet(ctx, client, "alice", "alice", true); err != nil {
+		return fmt.Errorf("UnaryCall as alice, whom the RBAC policy allows: %w", err)
+	}
+	say("   client:   UnaryCall as alice succeeded: %q", reply)
+
+	// A stream, opened now, that stays open through steps 4 and 5.
 	streamCtx, cancelStream := context.WithTimeout(ctx, 10*time.Second)
 	defer cancelStream()
 	stream, err := client.FullDuplexCall(streamCtx, grpc.WaitForReady(true))
@@ -171,34 +232,66 @@ func run(ctx context.Context, out io.Writer) error {
 		return fmt.Errorf("opening a stream: %w", err)
 	}
 	if err := echo(stream, "ping 1"); err != nil {
-		return fmt.Errorf("stream before the update: %w", err)
+		return fmt.Errorf("stream before the updates: %w", err)
 	}
 	streamPeer, ok := peer.FromContext(stream.Context())
 	if !ok || streamPeer.LocalAddr == nil {
 		return errors.New("the stream has no peer")
 	}
-	say("   client:   opened a FullDuplexCall stream and exchanged one message; it stays open.")
+	say("   client:   opened a FullDuplexCall stream (connection from %v) and exchanged one message; it stays open.", streamPeer.LocalAddr)
 
-	// 3. A Listener that lets only EmptyCall through.
-	say("\n3. The control plane publishes a new Listener: route %q lets only EmptyCall through;", "only-empty-call")
-	say("   route %q sends everything else to a cluster, which is a proxy's job, not a server's.", "everything-else")
-	cp.setListeners(serverListener(addr, routeConfig("restricted",
-		serveRoute("only-empty-call", "/"+testgrpc.TestService_ServiceDesc.ServiceName+"/EmptyCall"),
-		forwardRoute("everything-else", "/", "elsewhere"))))
-	// The serving mode does not change; wait until a new connection has the
-	// new configuration.
-	denied, err := untilDenied(ctx, client)
-	if err != nil {
+	// 4. A route change over RDS: no new Listener, so no drain and no new
+	// connection.
+	step("4. The control plane changes only the RouteConfiguration %q: a new route %q", routesName, "unary-to-a-cluster")
+	more("   sends UnaryCall to a cluster (a proxy's job, not a server's); %q still serves the rest.", "everything")
+	dialsBefore := dials.Load()
+	cp.setRoutes(routeConfig(routesName,
+		forwardMethod("unary-to-a-cluster", "/"+testgrpc.TestService_ServiceDesc.ServiceName+"/UnaryCall", "elsewhere"),
+		serveRoute("everything", "/")))
+	var unaryPeer peer.Peer
+	denied, err = untilStatus(ctx, func(ctx context.Context) error {
+		_, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{}, grpc.Peer(&unaryPeer))
 		return err
+	}, codes.Unavailable, "unary-to-a-cluster")
+	if err != nil {
+		return fmt.Errorf("UnaryCall after the route change: %w", err)
 	}
 	say("   client:   UnaryCall failed with code %v: %s", denied.Code(), denied.Message())
 	emptyCtx, cancelEmpty := context.WithTimeout(ctx, 2*time.Second)
 	defer cancelEmpty()
-	if _, err := client.EmptyCall(emptyCtx, &testgrpc.Empty{}, grpc.WaitForReady(true)); err != nil {
-		return fmt.Errorf("EmptyCall, which the new routes allow: %w", err)
+	if _, err := client.EmptyCall(emptyCtx, &testgrpc.Empty{}); err != nil {
+		return fmt.Errorf("EmptyCall, which the new routes serve: %w", err)
 	}
 	say("   client:   EmptyCall succeeded.")
 	if err := echo(stream, "ping 2"); err != nil {
+		return fmt.Errorf("the stream after the route change: %w", err)
+	}
+	if n := dials.Load(); n != dialsBefore || unaryPeer.LocalAddr == nil || unaryPeer.LocalAddr.String() != streamPeer.LocalAddr.String() {
+		return fmt.Errorf("the route change made the client reconnect: %d dial(s) before, %d after; the refused UnaryCall went from %v, the stream from %v",
+			dialsBefore, n, unaryPeer.LocalAddr, streamPeer.LocalAddr)
+	}
+	say("   client:   the stream exchanged another message. Still one connection (from %v), no new dial:", streamPeer.LocalAddr)
+	more("   the new routes applied to the open connection without reconnecting.")
+
+	// 5. A Listener change drains the connection, and the stream opened
+	// before it finishes.
+	step("5. The control plane publishes a new Listener without the RBAC filter: the filter chain changed,")
+	more("   so its connections are drained.")
+	cp.setListeners(serverListener(addr, routesName))
+	// Once the client has the GOAWAY, its new RPCs go to a new connection,
+	// configured without the policy.
+	var malloryPeer peer.Peer
+	if _, err := untilStatus(ctx, func(ctx context.Context) error {
+		_, err := client.EmptyCall(asUser(ctx, "mallory"), &testgrpc.Empty{}, grpc.WaitForReady(true), grpc.Peer(&malloryPeer))
+		return err
+	}, codes.OK, ""); err != nil {
+		return fmt.Errorf("EmptyCall as mallory after the RBAC filter was removed: %w", err)
+	}
+	if dials.Load() == dialsBefore || malloryPeer.LocalAddr.String() == streamPeer.LocalAddr.String() {
+		return fmt.Errorf("EmptyCall as mallory succeeded on the old connection (from %v), want a new one", malloryPeer.LocalAddr)
+	}
+	say("   client:   EmptyCall as mallory succeeded, on a new connection (from %v).", malloryPeer.LocalAddr)
+	if err := echo(stream, "ping 3"); err != nil {
 		return fmt.Errorf("the stream opened before the update: %w", err)
 	}
 	if err := stream.CloseSend(); err != nil {
@@ -213,24 +306,67 @@ func run(ctx context.Context, out io.Writer) error {
 		return fmt.Errorf("the connection of the stream opened before the update: %w", err)
 	}
 	say("   server:   that stream's connection (from %v) then closed: the update drained it", streamPeer.LocalAddr)
-	say("             (GOAWAY, in-flight RPCs finish under the old config, then close) instead of cutting it.")
+	more("   (GOAWAY, in-flight RPCs finish under the old config, then close) instead of cutting it.")
 
-	// 4. The Listener is deleted.
-	say("\n4. The control plane deletes the Listener.")
+	// 6. CSDS, while the server still serves.
+	step("6. The client asks the server's CSDS service (envoy.service.status.v3.ClientStatusDiscoveryService)")
+	more("   which xDS configuration the server runs with:")
+	lines, err := csdsSummary(ctx, conn)
+	if err != nil {
+		return err
+	}
+	for _, l := range lines {
+		more("   %s", l)
+	}
+
+	// 7. The Listener is deleted.
+	step("7. The control plane deletes the Listener.")
 	cp.setListeners()
 	if err := expectMode(ctx, modes, connectivity.ServingModeNotServing, say); err != nil {
 		return err
 	}
 
-	// 5. Stop.
+	// 8. Stop.
 	if err := stopServer(); err != nil {
 		return fmt.Errorf("xds server: Serve returned %w", err)
 	}
 	if err := stopControlPlane(); err != nil {
 		return fmt.Errorf("control plane: Serve returned %w", err)
 	}
-	say("\n5. Stopped the server and the control plane. Done.")
+	step("8. Stopped the server and the control plane. Done.")
 	return nil
+}
+
+// routesName is the RouteConfiguration of the demo's Listeners.
+const routesName = "greeter-routes"
+
+// csdsSummary calls FetchClientStatus over conn and returns one line per
+// resource: type, name, version, status. Every resource must be ACKED.
+func csdsSummary(ctx context.Context, conn *grpc.ClientConn) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp, err := csdspb.NewClientStatusDiscoveryServiceClient(conn).FetchClientStatus(ctx, &csdspb.ClientStatusRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("CSDS FetchClientStatus: %w", err)
+	}
+	var lines []string
+	found := map[string]bool{}
+	for _, c := range resp.GetConfig() {
+		lines = append(lines, fmt.Sprintf("xDS client %q of node %q:", c.GetClientScope(), c.GetNode().GetId()))
+		lines = append(lines, fmt.Sprintf("  %-19s %-62s %-8s %s", "TYPE", "NAME", "VERSION", "STATUS"))
+		for _, g := range c.GetGenericXdsConfigs() {
+			typ := g.GetTypeUrl()[strings.LastIndex(g.GetTypeUrl(), ".")+1:]
+			lines = append(lines, fmt.Sprintf("  %-19s %-62s %-8s %v", typ, g.GetName(), g.GetVersionInfo(), g.GetClientStatus()))
+			if g.GetClientStatus() != adminpb.ClientResourceStatus_ACKED {
+				return lines, fmt.Errorf("CSDS: %s %q is %v, want ACKED", typ, g.GetName(), g.GetClientStatus())
+			}
+			found[typ] = true
+		}
+	}
+	if !found["Listener"] || !found["RouteConfiguration"] {
+		return lines, fmt.Errorf("CSDS: the dump lacks the Listener or the RouteConfiguration:\n%s", strings.Join(lines, "\n"))
+	}
+	return lines, nil
 }
 
 // expectMode waits for the next serving-mode change, prints it and checks
@@ -254,37 +390,49 @@ func expectMode(ctx context.Context, modes <-chan xds.ServingModeChangeArgs, wan
 	}
 }
 
-// greet makes a UnaryCall and returns the greeting. With waitForReady, the
-// call waits (up to a second) for the server to be reachable.
-func greet(ctx context.Context, client testgrpc.TestServiceClient, name string, waitForReady bool) (string, error) {
+// greet makes a UnaryCall as user (none if "") and returns the greeting.
+// With waitForReady, the call waits (up to a second) for the server to be
+// reachable.
+func greet(ctx context.Context, client testgrpc.TestServiceClient, name, user string, waitForReady bool) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	resp, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{
+	resp, err := client.UnaryCall(asUser(ctx, user), &testgrpc.SimpleRequest{
 		Payload: &testgrpc.Payload{Body: []byte(name)},
 	}, grpc.WaitForReady(waitForReady))
 	return string(resp.GetPayload().GetBody()), err
 }
 
-// untilDenied repeats a UnaryCall until the server refuses it by its routes,
-// and returns the refusal. RPCs succeed until the client's connection
-// configured by the old Listener is drained and it connects again.
-func untilDenied(ctx context.Context, client testgrpc.TestServiceClient) (*status.Status, error) {
+// asUser adds the header x-user: user to the RPCs made with ctx (none if
+// user is "").
+func asUser(ctx context.Context, user string) context.Context {
+	if user == "" {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, "x-user", user)
+}
+
+// untilStatus repeats call until it ends with code, and a message containing
+// msg, and returns that status. Configuration changes reach the server
+// within milliseconds, and the client's connection a moment later (at once
+// over RDS; after a drain and a reconnection for a Listener change), so the
+// previous behaviour is seen for a while.
+func untilStatus(ctx context.Context, call func(context.Context) error, code codes.Code, msg string) (*status.Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	pause := time.NewTimer(0)
 	defer pause.Stop()
+	var last error
 	for {
 		select {
 		case <-pause.C:
 		case <-ctx.Done():
-			return nil, errors.New("the server still accepts UnaryCall 5s after the control plane denied it")
+			return nil, fmt.Errorf("no %v (%q) within 5 s; the last call ended with %v", code, msg, last)
 		}
-		_, err := greet(ctx, client, "after the update", true)
-		if st := status.Convert(err); st.Code() == codes.Unavailable && strings.Contains(st.Message(), "everything-else") {
+		callCtx, cancelCall := context.WithTimeout(ctx, time.Second)
+		last = call(callCtx)
+		cancelCall()
+		if st := status.Convert(last); st.Code() == code && strings.Contains(st.Message(), msg) {
 			return st, nil
-		}
-		if err != nil && ctx.Err() == nil {
-			return nil, fmt.Errorf("UnaryCall after the update: got %v, want OK or denied by route %q", err, "everything-else")
 		}
 		pause.Reset(20 * time.Millisecond)
 	}

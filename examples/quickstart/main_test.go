@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -22,20 +23,33 @@ func TestRun(t *testing.T) {
 	story := out.String()
 	rest := story
 	for _, want := range []string{
-		"1. ",
+		"] 1. ",
 		"client:   UnaryCall failed with code Unavailable: the server closes every connection",
-		"2. ",
+		"] 2. ",
 		"callback: the server is SERVING\n",
 		`client:   UnaryCall succeeded: "Hello, newcomer"`,
-		"3. ",
-		`client:   UnaryCall failed with code Unavailable: xds: RouteConfiguration "restricted", virtual host "all", route 1 "everything-else": action is route, not non_forwarding_action`,
+		"] 3. ",
+		"client:   UnaryCall as mallory failed with code PermissionDenied: RBAC: access denied",
+		`client:   UnaryCall as alice succeeded: "Hello, alice"`,
+		"opened a FullDuplexCall stream",
+		"] 4. ",
+		`client:   UnaryCall failed with code Unavailable: xds: RouteConfiguration "greeter-routes", virtual host "all", route 0 "unary-to-a-cluster": action is route, not non_forwarding_action`,
 		"client:   EmptyCall succeeded.",
+		"no new dial",
+		"] 5. ",
+		"client:   EmptyCall as mallory succeeded, on a new connection",
 		"the stream opened before the update exchanged another message and ended OK.",
 		"server:   that stream's connection",
-		"4. ",
+		"] 6. ",
+		`xDS client "#server" of node "quickstart-server":`,
+		"Listener            grpc/server?xds.resource.listening_address=127.0.0.1:",
+		"ACKED\n",
+		"RouteConfiguration  greeter-routes",
+		"ACKED\n",
+		"] 7. ",
 		"callback: the server is NOT_SERVING (",
 		"does not exist",
-		"5. Stopped the server and the control plane. Done.\n",
+		"] 8. Stopped the server and the control plane. Done.\n",
 	} {
 		i := strings.Index(rest, want)
 		if i < 0 {
@@ -45,5 +59,9 @@ func TestRun(t *testing.T) {
 	}
 	if n := strings.Count(story, "callback:"); n != 2 {
 		t.Errorf("the output has %d serving-mode callbacks, want 2 (SERVING, NOT_SERVING); output:\n%s", n, story)
+	}
+	// Every step is timestamped.
+	if !regexp.MustCompile(`(?m)^\[\+\d+\.\d\ds\] 8\. `).MatchString(story) {
+		t.Errorf("the steps are not timestamped like [+0.12s]; output:\n%s", story)
 	}
 }
