@@ -1,0 +1,157 @@
+package xds_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net"
+	"time"
+
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	cachetypes "github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+
+	"github.com/proxyless-grpc/xds"
+	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
+)
+
+// exampleBootstrap is an xDS bootstrap (gRFC A27) naming the control plane
+// at cpAddr.
+func exampleBootstrap(cpAddr string) []byte {
+	return []byte(`{
+		"xds_servers": [{"server_uri": "` + cpAddr + `", "channel_creds": [{"type": "insecure"}]}],
+		"node": {"id": "example"},
+		"server_listener_resource_name_template": "grpc/server?xds.resource.listening_address=%s"
+	}`)
+}
+
+// unusedAddr is a loopback address where nothing listens: the servers of
+// the examples that do not need a control plane never get their Listener.
+func unusedAddr() string {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lis.Close()
+	return lis.Addr().String()
+}
+
+// exampleControlPlane serves, over ADS on loopback, a Listener for the xDS
+// server listening on serverAddr that lets every RPC through. stop ends it.
+func exampleControlPlane(serverAddr *net.TCPAddr) (addr string, stop func()) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	listeners := cachev3.NewLinearCache(resourcev3.ListenerType)
+	l := e2e.DefaultServerListener(serverAddr.IP.String(), uint32(serverAddr.Port), "")
+	listeners.SetResources(map[string]cachetypes.Resource{l.GetName(): l})
+	ctx, cancel := context.WithCancel(context.Background())
+	srv := grpc.NewServer()
+	discoverypb.RegisterAggregatedDiscoveryServiceServer(srv, serverv3.NewServer(ctx, listeners, nil))
+	served := make(chan struct{})
+	go func() {
+		srv.Serve(lis)
+		close(served)
+	}()
+	return lis.Addr().String(), func() {
+		cancel()
+		srv.Stop()
+		<-served
+	}
+}
+
+// A server whose configuration comes from the control plane named by its
+// bootstrap. Here the bootstrap is passed in memory; without
+// BootstrapContents it is read from GRPC_XDS_BOOTSTRAP_CONFIG, else from
+// the file named by GRPC_XDS_BOOTSTRAP.
+func ExampleNewGRPCServer() {
+	s, err := xds.NewGRPCServer(
+		grpc.Creds(insecure.NewCredentials()),
+		xds.BootstrapContents(exampleBootstrap(unusedAddr())),
+	)
+	if err != nil {
+		log.Fatal(err) // no bootstrap, an invalid one, or no server_listener_resource_name_template
+	}
+	defer s.Stop()
+	testgrpc.RegisterTestServiceServer(s, testgrpc.UnimplementedTestServiceServer{})
+	// Then, as with grpc.Server:
+	//	lis, err := net.Listen("tcp", "0.0.0.0:50051")
+	//	...
+	//	s.Serve(lis)
+	for name := range s.GetServiceInfo() {
+		fmt.Println("registered:", name)
+	}
+
+	_, err = xds.NewGRPCServer(xds.BootstrapContents([]byte(`{"xds_servers": []}`)))
+	fmt.Println("a bad bootstrap fails:", err != nil)
+	// Output:
+	// registered: grpc.testing.TestService
+	// a bad bootstrap fails: true
+}
+
+// The callback is told of every serving-mode change of a listener: here,
+// SERVING once the control plane has sent its Listener.
+func ExampleServingModeCallback() {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	cpAddr, stopControlPlane := exampleControlPlane(lis.Addr().(*net.TCPAddr))
+	defer stopControlPlane()
+
+	serving := make(chan struct{})
+	s, err := xds.NewGRPCServer(
+		grpc.Creds(insecure.NewCredentials()),
+		xds.BootstrapContents(exampleBootstrap(cpAddr)),
+		xds.ServingModeCallback(func(addr net.Addr, args xds.ServingModeChangeArgs) {
+			// args.Err says why the listener is not serving; nil when serving.
+			fmt.Printf("listener on 127.0.0.1: %v (err: %v)\n", args.Mode, args.Err)
+			if args.Mode == connectivity.ServingModeServing {
+				close(serving)
+			}
+		}),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	go s.Serve(lis)
+	defer s.Stop()
+
+	timeout := time.NewTimer(10 * time.Second)
+	defer timeout.Stop()
+	select {
+	case <-serving:
+	case <-timeout.C:
+		fmt.Println("not serving after 10 s")
+	}
+	// Output: listener on 127.0.0.1: SERVING (err: <nil>)
+}
+
+// Credentials with which the control plane decides each connection's
+// security: TLS or mTLS for a filter chain with a DownstreamTlsContext,
+// FallbackCreds (here plaintext) for a chain without transport_socket.
+func ExampleNewServerCredentials() {
+	creds, err := xds.NewServerCredentials(xds.ServerOptions{FallbackCreds: insecure.NewCredentials()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := xds.NewGRPCServer(grpc.Creds(creds), xds.BootstrapContents(exampleBootstrap(unusedAddr())))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Stop()
+	fmt.Println("security protocol:", creds.Info().SecurityProtocol)
+
+	_, err = xds.NewServerCredentials(xds.ServerOptions{})
+	fmt.Println("FallbackCreds are required:", err != nil)
+	// Output:
+	// security protocol: tls
+	// FallbackCreds are required: true
+}
