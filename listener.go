@@ -445,6 +445,23 @@ func (lw *listenerWrapper) handleConn(c net.Conn) {
 	}
 }
 
+// forceStop turns a graceful close in progress into a hard one: drains not
+// yet at their GOAWAY stop their servers at once, and every connection's
+// server is stopped, which ends the GracefulStops waiting for RPCs. Safe to
+// call concurrently with close.
+func (lw *listenerWrapper) forceStop() {
+	lw.hardStop.Fire()
+	lw.mu.Lock()
+	servers := make([]*chainServer, 0, len(lw.servers))
+	for cs := range lw.servers {
+		servers = append(servers, cs)
+	}
+	lw.mu.Unlock()
+	for _, cs := range servers {
+		cs.stopAll()
+	}
+}
+
 // close stops the listener: no new connection is accepted, the watches are
 // cancelled, and every chainServer is stopped (gracefully or not); it returns
 // once every goroutine of the listener has exited.

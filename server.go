@@ -218,7 +218,18 @@ func (s *GRPCServer) GracefulStop() { s.stop(true) }
 func (s *GRPCServer) stop(graceful bool) {
 	s.mu.Lock()
 	if s.stopped {
+		var lws []*listenerWrapper
+		if !graceful {
+			for lw := range s.lis {
+				lws = append(lws, lw)
+			}
+		}
 		s.mu.Unlock()
+		// As with grpc.Server: a Stop during a GracefulStop cuts it short,
+		// closing the connections whose RPCs it was waiting for.
+		for _, lw := range lws {
+			lw.forceStop()
+		}
 		<-s.stopDone
 		return
 	}
