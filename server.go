@@ -171,10 +171,11 @@ func (s *GRPCServer) GetServiceInfo() map[string]grpc.ServiceInfo {
 // names another address, connections are accepted and closed at once
 // without a byte written (gRFC A36 "not serving").
 //
-// Serve blocks; it returns nil after Stop or GracefulStop, or the error of
-// lis.Accept if the listener fails (temporary errors are retried). Serve may
-// be called for several listeners, each configured independently. After Stop
-// or GracefulStop it closes lis and returns grpc.ErrServerStopped.
+// Serve blocks until Stop or GracefulStop, then returns nil; it returns the
+// error of lis.Accept earlier if the listener fails (temporary errors are
+// retried). Serve may be called for several listeners, each configured
+// independently. A Serve called after Stop or GracefulStop closes lis and
+// returns grpc.ErrServerStopped at once.
 func (s *GRPCServer) Serve(lis net.Listener) error {
 	tcp, ok := lis.Addr().(*net.TCPAddr)
 	if !ok {
