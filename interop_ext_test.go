@@ -2,6 +2,8 @@ package xds_test
 
 import (
 	"encoding/json"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,6 +46,11 @@ const (
 // Each side gets its certificates from file_watcher providers of its own
 // bootstrap.
 func TestCredsInteropWithGRPCGoClient(t *testing.T) {
+	// Registered first, so it runs last: grpc-go's ClientConn.Close returns
+	// before its xDS client's goroutines have exited, and one of them may
+	// still log; later tests that install their own gRPC logger must not
+	// race with it.
+	t.Cleanup(func() { waitForGoroutinesGone(t, "google.golang.org/grpc/internal/xds/", 5*time.Second) })
 	ctx := testContext(t)
 	pki := newTestPKI(t)
 	env := newTLSTestEnv(t, pki, time.Hour)
@@ -193,5 +200,23 @@ func endpoints(host string, port uint32) *endpointpb.ClusterLoadAssignment {
 				}},
 			}},
 		}},
+	}
+}
+
+// waitForGoroutinesGone waits, at most d, until no goroutine has a frame of
+// a function whose name starts with prefix, and fails t if one remains.
+func waitForGoroutinesGone(t *testing.T, prefix string, d time.Duration) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for deadline := time.Now().Add(d); ; {
+		n := runtime.Stack(buf, true)
+		if !strings.Contains(string(buf[:n]), prefix) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("goroutines of %s still running after %v", prefix, d)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
