@@ -7,6 +7,7 @@
 #   scripts/fuzz.sh            # 10 minutes per target
 #   scripts/fuzz.sh 30s        # a quick pass
 #   scripts/fuzz.sh 10m rbac   # only targets in packages matching "rbac"
+#   FUZZFLAGS=-parallel=1 scripts/fuzz.sh 2m   # one fuzzing worker
 set -uo pipefail
 cd "$(dirname "$0")/.."
 fuzztime=${1:-10m}
@@ -20,7 +21,7 @@ while read -r dir target; do
   [ -z "$dir" ] && continue
   case "$dir" in *"$filter"*) ;; *) continue ;; esac
   log=$(mktemp)
-  if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$dir" >"$log" 2>&1; then
+  if go test -run "^$" -fuzz "^${target}\$" -fuzztime "$fuzztime" ${FUZZFLAGS:-} "$dir" >"$log" 2>&1; then
     result=ok
   else
     result=FAILED
