@@ -193,6 +193,30 @@ func badInputCases() []badCase {
 			}
 			l.FilterChains = append(l.FilterChains, chainSpec{name: "huge", match: m}.filterChain())
 		}, want: []string{`"huge"`, "normalized matchers"}},
+		{name: "huge Listener with a duplicate last chain", mutate: func(_ *testing.T, l *listenerpb.Listener) {
+			// 10 000 valid chains (about 3 MB, under gRPC's 4 MB message
+			// limit) sharing one HCM, then one duplicate: the whole
+			// Listener is compiled and rejected, quickly.
+			fc := l.FilterChains[0]
+			l.FilterChains = make([]*listenerpb.FilterChain, 0, 10001)
+			for i := range 10000 {
+				c := proto.Clone(fc).(*listenerpb.FilterChain)
+				c.Name = fmt.Sprintf("c%d", i)
+				c.FilterChainMatch = &listenerpb.FilterChainMatch{SourcePorts: []uint32{uint32(1 + i)}}
+				l.FilterChains = append(l.FilterChains, c)
+			}
+			l.FilterChains = append(l.FilterChains, proto.Clone(l.FilterChains[9999]).(*listenerpb.FilterChain))
+			l.FilterChains[10000].Name = "dup"
+		}, want: []string{`filter_chains[10000] "dup"`, "duplicates a matcher"}},
+		{name: "8.5 MB Listener over the ADS message size limit", mutate: withRoutes(func(_ *testing.T, rc *routepb.RouteConfiguration) {
+			for i := range 60000 {
+				rc.VirtualHosts = append(rc.VirtualHosts, &routepb.VirtualHost{
+					Name:    fmt.Sprintf("vh%d-%s", i, strings.Repeat("x", 80)),
+					Domains: []string{fmt.Sprintf("h%d.example.com", i)},
+					Routes:  []*routepb.Route{nonForwarding(prefixMatch("/"))},
+				})
+			}
+		}), want: []string{"size"}, knownBug: oversizeBug},
 		{name: "no network filter", mutate: func(_ *testing.T, l *listenerpb.Listener) {
 			l.FilterChains[0].Filters = nil
 		}, want: []string{"filters"}},
@@ -427,6 +451,16 @@ func badInputCases() []badCase {
 const lostListenerBug = "an undecodable Listener resource (no name) deletes the good Listener: " +
 	"the NACKed response is still applied as a State-of-the-World deletion (xdsclient/response.go applyAbsent); " +
 	"the server goes NOT_SERVING and drops its connections"
+
+// oversizeBug: a response larger than the ADS stream's receive limit (gRPC's
+// default 4 MB; the xDS client sets none) is never NACKed: the stream
+// fails with RESOURCE_EXHAUSTED, is re-created, and re-requests the last
+// ACKed version without a nonce, so the management server sees no
+// error_detail and CSDS cannot show the Listener NACKED. The
+// previous Listener does keep serving on the same connection (checked by
+// hand: no NACK within 3 s, EmptyCall OK, one dial, no mode change).
+const oversizeBug = "an oversize (8.5 MB) Listener response is not NACKed: the ADS stream breaks on the 4 MB " +
+	"receive limit and reconnects in a loop, with no error_detail and nothing in CSDS"
 
 // then chains two mutations.
 type mutation = func(*testing.T, *listenerpb.Listener)
