@@ -11,6 +11,7 @@ package xds_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -51,6 +52,9 @@ type badCase struct {
 	// raw, if set, is pushed instead under the Listener type URL and the
 	// good Listener's name (a message of another type, or garbage bytes).
 	raw func(t *testing.T, good *listenerpb.Listener) proto.Message
+	// route, if set, makes the case a RouteConfiguration over RDS instead:
+	// it turns a fresh copy of the good RouteConfiguration into the bad one.
+	route func(rc *routepb.RouteConfiguration)
 	// want are substrings error_detail and CSDS's error_state must hold
 	// (besides the resource name, unless unnamed).
 	want []string
@@ -422,6 +426,26 @@ func badInputCases() []badCase {
 		{name: "bad string_match regex", mutate: withRoute(func(r *routepb.Route) {
 			r.Match.Headers = []*routepb.HeaderMatcher{{Name: "h", HeaderMatchSpecifier: &routepb.HeaderMatcher_StringMatch{StringMatch: &matcherpb.StringMatcher{MatchPattern: &matcherpb.StringMatcher_SafeRegex{SafeRegex: &matcherpb.RegexMatcher{Regex: "("}}}}}}
 		}), want: []string{"headers[0]"}},
+		// --- RouteConfiguration over RDS (A28) ---
+		{name: "rds bad safe_regex path", route: func(rc *routepb.RouteConfiguration) {
+			rc.VirtualHosts[0].Routes[0].Match = &routepb.RouteMatch{PathSpecifier: &routepb.RouteMatch_SafeRegex{SafeRegex: &matcherpb.RegexMatcher{Regex: "a("}}}
+		}, want: []string{"safe_regex"}},
+		{name: "rds no path specifier", route: func(rc *routepb.RouteConfiguration) {
+			rc.VirtualHosts[0].Routes[0].Match = &routepb.RouteMatch{}
+		}, want: []string{"path"}},
+		{name: "rds bad runtime fraction", route: func(rc *routepb.RouteConfiguration) {
+			rc.VirtualHosts[0].Routes[0].Match.RuntimeFraction = &corepb.RuntimeFractionalPercent{DefaultValue: &typepb.FractionalPercent{Numerator: 1, Denominator: 7}}
+		}, want: []string{"runtime_fraction"}},
+		{name: "rds header range start after end", route: func(rc *routepb.RouteConfiguration) {
+			rc.VirtualHosts[0].Routes[0].Match.Headers = []*routepb.HeaderMatcher{{Name: "h", HeaderMatchSpecifier: &routepb.HeaderMatcher_RangeMatch{RangeMatch: &typepb.Int64Range{Start: 10, End: 1}}}}
+		}, want: []string{"headers[0]"}},
+		{name: "rds typed_per_filter_config unknown type", route: func(rc *routepb.RouteConfiguration) {
+			a, err := anypb.New(&emptypb.Empty{})
+			if err != nil {
+				panic(err)
+			}
+			rc.VirtualHosts[0].TypedPerFilterConfig = map[string]*anypb.Any{"some-filter": a}
+		}, want: []string{"typed_per_filter_config", "google.protobuf.Empty"}},
 		// --- wrong types, garbage and truncated bytes ---
 		{name: "RouteConfiguration under the Listener type URL", raw: func(_ *testing.T, good *listenerpb.Listener) proto.Message {
 			return &routepb.RouteConfiguration{Name: good.GetName(), VirtualHosts: []*routepb.VirtualHost{{Name: "vh", Domains: []string{"*"}}}}
@@ -472,9 +496,9 @@ func (m mutFn) then(n mutation) mutation {
 
 type mutFn mutation
 
-// csdsListener returns the CSDS view of the Listener named name of the xDS
+// csdsResource returns the CSDS view of the resource typeURL/name of the xDS
 // client whose node is nodeID, or nil.
-func csdsListener(ctx context.Context, t *testing.T, c csdspb.ClientStatusDiscoveryServiceClient, nodeID, name string) *csdspb.ClientConfig_GenericXdsConfig {
+func csdsResource(ctx context.Context, t *testing.T, c csdspb.ClientStatusDiscoveryServiceClient, nodeID, typeURL, name string) *csdspb.ClientConfig_GenericXdsConfig {
 	t.Helper()
 	resp, err := c.FetchClientStatus(ctx, &csdspb.ClientStatusRequest{})
 	if err != nil {
@@ -485,7 +509,7 @@ func csdsListener(ctx context.Context, t *testing.T, c csdspb.ClientStatusDiscov
 			continue
 		}
 		for _, g := range cfg.GetGenericXdsConfigs() {
-			if g.GetTypeUrl() == listenerTypeURL && g.GetName() == name {
+			if g.GetTypeUrl() == typeURL && g.GetName() == name {
 				return g
 			}
 		}
@@ -518,8 +542,18 @@ func TestBadInputMatrix(t *testing.T) {
 	t.Cleanup(func() { acc.Close() })
 	csdsClient := csdspb.NewClientStatusDiscoveryServiceClient(acc)
 
-	s, addr := startServing(ctx, t, env, simpleListener, nil, xdsCreds(t))
-	good := simpleListener(addr)
+	// The good Listener: chain "A" serves the client; chain "R" (which no
+	// connection matches) takes its routes over RDS, so that bad
+	// RouteConfigurations can be pushed too.
+	goodRoute := routeConfig("rds-good", chainRoutes("R"))
+	goodListener := func(a net.Addr) *listenerpb.Listener {
+		return testListener(a, []chainSpec{
+			{name: "A"},
+			{name: "R", match: &listenerpb.FilterChainMatch{SourcePorts: []uint32{1}}, rds: goodRoute.GetName()},
+		}, nil)
+	}
+	s, addr := startServing(ctx, t, env, goodListener, []*routepb.RouteConfiguration{goodRoute}, xdsCreds(t))
+	good := goodListener(addr)
 	c := newClient(t, addr, "127.0.0.1", 0)
 	if got := c.emptyCall(ctx); got != codes.OK {
 		t.Fatalf("EmptyCall on the good config: %v, want OK", got)
@@ -529,11 +563,13 @@ func TestBadInputMatrix(t *testing.T) {
 	pushGood := func(t *testing.T) {
 		t.Helper()
 		seen := len(env.ms.Requests())
-		env.update(ctx, t, []*listenerpb.Listener{good}, nil)
-		if _, err := env.ms.WaitForRequest(ctx, after(seen, func(r *discoverypb.DiscoveryRequest) bool {
-			return r.GetTypeUrl() == listenerTypeURL && r.GetResponseNonce() != "" && r.GetErrorDetail() == nil
-		})); err != nil {
-			t.Fatalf("no ACK of the good Listener: %v", err)
+		env.update(ctx, t, []*listenerpb.Listener{good}, []*routepb.RouteConfiguration{goodRoute})
+		for _, typeURL := range []string{listenerTypeURL, routeTypeURL} {
+			if _, err := env.ms.WaitForRequest(ctx, after(seen, func(r *discoverypb.DiscoveryRequest) bool {
+				return r.GetTypeUrl() == typeURL && r.GetResponseNonce() != "" && r.GetErrorDetail() == nil
+			})); err != nil {
+				t.Fatalf("no ACK of the good %s: %v", typeURL, err)
+			}
 		}
 	}
 
@@ -549,19 +585,26 @@ func TestBadInputMatrix(t *testing.T) {
 			// Whatever happens, the next case starts from the good Listener.
 			defer pushGood(t)
 			seen := len(env.ms.Requests())
-			if tc.raw != nil {
+			typeURL, name := listenerTypeURL, good.GetName()
+			switch {
+			case tc.route != nil:
+				typeURL, name = routeTypeURL, goodRoute.GetName()
+				bad := proto.Clone(goodRoute).(*routepb.RouteConfiguration)
+				tc.route(bad)
+				env.update(ctx, t, []*listenerpb.Listener{good}, []*routepb.RouteConfiguration{bad})
+			case tc.raw != nil:
 				msg := tc.raw(t, good)
 				if err := env.ms.Update(ctx, e2e.Resources{NamedRaw: map[string]map[string]proto.Message{listenerTypeURL: {good.GetName(): msg}}}); err != nil {
 					t.Fatalf("Update: %v", err)
 				}
-			} else {
+			default:
 				bad := proto.Clone(good).(*listenerpb.Listener)
 				tc.mutate(t, bad)
 				env.update(ctx, t, []*listenerpb.Listener{bad}, nil)
 			}
 			nctx, ncancel := context.WithTimeout(ctx, 10*time.Second)
 			defer ncancel()
-			nack, err := env.ms.WaitForRequest(nctx, after(seen, e2e.IsNACK(listenerTypeURL)))
+			nack, err := env.ms.WaitForRequest(nctx, after(seen, e2e.IsNACK(typeURL)))
 			if err != nil {
 				t.Fatalf("no NACK: %v", err)
 			}
@@ -569,7 +612,7 @@ func TestBadInputMatrix(t *testing.T) {
 			t.Logf("error_detail: %s", detail)
 			want := tc.want
 			if !tc.unnamed {
-				want = append([]string{good.GetName()}, want...)
+				want = append([]string{name}, want...)
 			}
 			for _, w := range want {
 				if !strings.Contains(detail, w) {
@@ -590,12 +633,12 @@ func TestBadInputMatrix(t *testing.T) {
 
 			// CSDS: NACKED with the reason; the good version is still what runs.
 			if !tc.unnamed {
-				g := csdsListener(ctx, t, csdsClient, env.nodeID, good.GetName())
+				g := csdsResource(ctx, t, csdsClient, env.nodeID, typeURL, name)
 				switch {
 				case g == nil:
-					t.Errorf("CSDS has no Listener %q", good.GetName())
+					t.Errorf("CSDS has no %s %q", typeURL, name)
 				case g.GetClientStatus() != adminpb.ClientResourceStatus_NACKED:
-					t.Errorf("CSDS status of %q: %v, want NACKED", good.GetName(), g.GetClientStatus())
+					t.Errorf("CSDS status of %q: %v, want NACKED", name, g.GetClientStatus())
 				default:
 					for _, w := range tc.want {
 						if !strings.Contains(g.GetErrorState().GetDetails(), w) {
