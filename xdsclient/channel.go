@@ -93,7 +93,13 @@ func (c *Client) acquireChannel(server *bootstrap.ServerConfig) *xdsChannel {
 	}
 	creds, err := transportCredentials(server)
 	if err == nil {
-		ch.cc, err = grpc.NewClient(server.ServerURI, grpc.WithTransportCredentials(creds))
+		// gRPC's default 4 MB receive limit is far below what a
+		// control plane may send (a Listener with thousands of filter
+		// chains): over it the stream breaks and reconnects forever
+		// without the resource ever being seen or NACKed. Envoy has no
+		// such limit either.
+		ch.cc, err = grpc.NewClient(server.ServerURI, grpc.WithTransportCredentials(creds),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxResponseSize)))
 	}
 	ch.dialErr = err
 	c.channels[key] = ch
@@ -350,3 +356,8 @@ func (ch *xdsChannel) pop(gen uint64) *outRequest {
 	}
 	return nil
 }
+
+// maxResponseSize bounds one ADS response: large enough for any real
+// configuration, small enough that a runaway control plane cannot make the
+// client allocate without limit.
+const maxResponseSize = 256 << 20

@@ -46,7 +46,7 @@ func (c *Client) handleResponse(ch *xdsChannel, gen uint64, resp *discoverypb.Di
 		c.nack(ch, ts, typeURL, resp, []string{fmt.Sprintf("unknown resource type %q", typeURL)})
 		return
 	}
-	results, valid, errs := c.decodeAll(ch, rt, resp)
+	results, valid, errs, unnamed := c.decodeAll(ch, rt, resp)
 	c.metrics.updates(ch.server.ServerURI, rt.typeSuffix(), int64(valid), int64(len(errs)))
 	now := time.Now()
 	// gRFC A40 "continue after first error": the error of a rejected
@@ -55,7 +55,7 @@ func (c *Client) handleResponse(ch *xdsChannel, gen uint64, resp *discoverypb.Di
 	if len(errs) > 0 {
 		rejected = &UpdateErrorState{Version: resp.GetVersionInfo(), Reason: strings.Join(errs, "; "), Time: now}
 	}
-	u := update{ch: ch, rt: rt, version: resp.GetVersionInfo(), results: results, rejected: rejected, now: now, fc: fc}
+	u := update{ch: ch, rt: rt, version: resp.GetVersionInfo(), results: results, rejected: rejected, now: now, fc: fc, unnamed: unnamed}
 	for a := range ch.users {
 		c.apply(a, u)
 		c.applyResourceErrors(a, u, resp.GetResourceErrors())
@@ -77,6 +77,10 @@ type update struct {
 	rejected *UpdateErrorState  // nil when the response is ACKed
 	now      time.Time
 	fc       *flowControl
+	// unnamed is set when some resource of the response could not be
+	// decoded far enough to read its name: the response may carry any
+	// subscribed resource, so absence from it deletes nothing.
+	unnamed bool
 }
 
 // nack sends a NACK: the last accepted version, the response's nonce and an
@@ -91,14 +95,16 @@ func (c *Client) nack(ch *xdsChannel, ts *typeState, typeURL string, resp *disco
 
 // decodeAll decodes every resource of resp, continuing after errors (gRFC
 // A40). results is keyed by canonical name; valid counts the resources that
-// decoded; errs has one "name: reason" entry per failed resource. Only
-// called from serializer callbacks.
-func (c *Client) decodeAll(ch *xdsChannel, rt *ResourceType, resp *discoverypb.DiscoveryResponse) (results map[string]decoded, valid int, errs []string) {
+// decoded; errs has one "name: reason" entry per failed resource; unnamed
+// reports a resource whose name could not be read. Only called from
+// serializer callbacks.
+func (c *Client) decodeAll(ch *xdsChannel, rt *ResourceType, resp *discoverypb.DiscoveryResponse) (results map[string]decoded, valid int, errs []string, unnamed bool) {
 	results = make(map[string]decoded, len(resp.GetResources()))
 	for i, raw := range resp.GetResources() {
 		name, d := c.decodeOne(ch, rt, raw)
 		if name == "" {
 			errs = append(errs, fmt.Sprintf("resource %d: %v", i, d.err))
+			unnamed = true
 			continue
 		}
 		if _, dup := results[name]; dup {
@@ -111,7 +117,7 @@ func (c *Client) decodeAll(ch *xdsChannel, rt *ResourceType, resp *discoverypb.D
 		}
 		results[name] = d
 	}
-	return results, valid, errs
+	return results, valid, errs, unnamed
 }
 
 // decodeOne decodes one resource; name is canonical, or "" if unknown.
@@ -163,7 +169,9 @@ func (c *Client) apply(a *authority, u update) {
 		d, ok := u.results[name]
 		switch {
 		case !ok:
-			if u.rt.AllResourcesRequiredInSotW {
+			// A resource whose name could not be read may be this one: a
+			// rejected response must not delete what it might carry.
+			if u.rt.AllResourcesRequiredInSotW && !u.unnamed {
 				c.applyAbsent(a, u.ch, s, u.fc)
 			}
 		case d.err != nil:
