@@ -121,7 +121,7 @@ type report struct {
 }
 
 func (r report) String() string {
-	return fmt.Sprintf("[%8s] rpcs ok=%d failed=%d | heap_inuse=%.2fMiB goroutines=%d | pushes lds=%d rds=%d rbac=%d acks=%d nacks=%d | server conns=%d",
+	return fmt.Sprintf("[%8s] rpcs ok=%d failed=%d | heap_inuse=%.2fMiB goroutines=%d | pushes lds=%d rds=%d rbac=%d acks=%d nacks=%d | conns opened=%d",
 		r.elapsed.Round(time.Second), r.ok, r.failed, float64(r.heapInuse)/(1<<20), r.goroutines,
 		r.pushes[0], r.pushes[1], r.pushes[2], r.acks, r.nacks, r.conns)
 }
