@@ -32,7 +32,7 @@ func TestRun(t *testing.T) {
 		t.Fatalf("run: %v\noutput:\n%s", err, out.String())
 	}
 	got := out.String()
-	reports := regexp.MustCompile(`(?m)^\[\s*\d+s\] rpcs ok=[1-9]\d* failed=0 \| heap_inuse=[\d.]+MiB goroutines=\d+ \| pushes lds=\d+ rds=\d+ rbac=\d+ acks=\d+ nacks=0 \| server conns=\d+$`).FindAllString(got, -1)
+	reports := regexp.MustCompile(`(?m)^\[\s*\d+s\] rpcs ok=[1-9]\d* failed=0 \| heap_inuse=[\d.]+MiB goroutines=\d+ \| pushes lds=\d+ rds=\d+ rbac=\d+ acks=\d+ nacks=0 \| conns opened=\d+$`).FindAllString(got, -1)
 	if len(reports) < 2 {
 		t.Errorf("got %d report lines, want at least 2; output:\n%s", len(reports), got)
 	}
