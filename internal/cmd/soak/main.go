@@ -38,6 +38,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
+	_ "net/http/pprof" // served by -pprof
 	"os"
 	"os/signal"
 	"time"
@@ -53,10 +56,20 @@ func main() {
 	flag.DurationVar(&cfg.Pause, "pause", cfg.Pause, "pause of each worker between two RPCs")
 	flag.Float64Var(&cfg.MaxHeapGrowth, "max-heap-growth", cfg.MaxHeapGrowth, "allowed heap growth after warm-up, percent (plus 512 KiB)")
 	flag.Float64Var(&cfg.MaxGoroutineGrowth, "max-goroutine-growth", cfg.MaxGoroutineGrowth, "allowed goroutine growth after warm-up, percent (plus 5)")
+	pprofAddr := flag.String("pprof", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060), to profile a long run")
 	flag.Parse()
 	if flag.NArg() != 0 {
 		fmt.Fprintf(os.Stderr, "soak: unexpected arguments %q\n", flag.Args())
 		os.Exit(2)
+	}
+	if *pprofAddr != "" {
+		lis, err := net.Listen("tcp", *pprofAddr)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "soak: -pprof: %v\n", err)
+			os.Exit(2)
+		}
+		fmt.Printf("soak: pprof on http://%s/debug/pprof/\n", lis.Addr())
+		go http.Serve(lis, nil) // lives as long as the process
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
