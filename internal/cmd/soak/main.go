@@ -43,6 +43,7 @@ import (
 	_ "net/http/pprof" // served by -pprof
 	"os"
 	"os/signal"
+	"runtime"
 	"time"
 )
 
@@ -63,6 +64,9 @@ func main() {
 		os.Exit(2)
 	}
 	if *pprofAddr != "" {
+		// The default rate samples one allocation per 512 KiB: too coarse
+		// to see a few hundred KiB of slow growth in a heap of a few MiB.
+		runtime.MemProfileRate = 4 << 10
 		lis, err := net.Listen("tcp", *pprofAddr)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "soak: -pprof: %v\n", err)
