@@ -62,19 +62,35 @@ func inField(prefix string, err error) *fieldError {
 	return &fieldError{field: prefix + sep + fe.field, err: fe.err}
 }
 
-// chainCompiler validates filter chains of one Listener. It memoizes
-// decoded HttpConnectionManager and TLS configs by their serialized bytes, so
-// that chains sharing a config share the result and pay for it once.
+// chainCompiler validates filter chains of one Listener. It memoizes each
+// distinct config (type URL and serialized bytes) of network filters and
+// transport sockets, with its digest and, for HttpConnectionManager and TLS
+// configs, its decoded result, so that chains sharing a config share the
+// result and pay for it once.
 type chainCompiler struct {
-	parser *httpfilter.Parser
-	hcms   map[string]hcmResult
-	tls    map[string]tlsResult // by DownstreamTlsContext bytes
+	parser  *httpfilter.Parser
+	configs map[configKey]*configEntry
 	// instances are the bootstrap's certificate provider instances (see
 	// Options.CertProviderInstances); nil skips the existence check.
 	instances map[string]bool
-	budget    int                     // normalized matchers the Listener may still have
-	idBuf     []byte                  // scratch for chainID
-	digests   map[string]configDigest // by config bytes
+	budget    int    // normalized matchers the Listener may still have
+	idBuf     []byte // scratch for chainID
+	sumBuf    []byte // scratch for config
+}
+
+// configKey is a config's type URL and bytes. A lookup with
+// configKey{url, string(bytes)} does not copy the bytes; only a new entry
+// stores a copy, so a config shared by every chain of a large Listener costs
+// one hash of its bytes per chain and nothing else.
+type configKey struct{ typeURL, value string }
+
+// configEntry is what a compile knows of one distinct config.
+type configEntry struct {
+	// sum is the SHA-256 of the type URL (length-prefixed) and bytes: the
+	// config's part of a chain ID.
+	sum [sha256.Size]byte
+	hcm *hcmResult // once decoded as a network filter
+	tls *tlsResult // once decoded as a transport socket
 }
 
 // tlsResult is a decoded and validated DownstreamTlsContext.
@@ -85,13 +101,25 @@ type tlsResult struct {
 }
 
 type hcmResult struct {
-	typeURL string
-	hcm     *HTTPConnectionManager
-	err     error // a fieldError relative to the filter's typed_config
+	hcm *HTTPConnectionManager
+	err error // a fieldError relative to the filter's typed_config
 }
 
 func newChainCompiler(p *httpfilter.Parser) *chainCompiler {
-	return &chainCompiler{parser: p, hcms: map[string]hcmResult{}, tls: map[string]tlsResult{}, budget: maxMatchers, digests: map[string]configDigest{}}
+	return &chainCompiler{parser: p, configs: map[configKey]*configEntry{}, budget: maxMatchers}
+}
+
+// config returns the entry of a's config (nil: the empty config), adding it
+// if it is new.
+func (c *chainCompiler) config(a *anypb.Any) *configEntry {
+	if e, ok := c.configs[configKey{a.GetTypeUrl(), string(a.GetValue())}]; ok {
+		return e
+	}
+	e := &configEntry{}
+	c.sumBuf = append(appendString(c.sumBuf[:0], a.GetTypeUrl()), a.GetValue()...)
+	e.sum = sha256.Sum256(c.sumBuf)
+	c.configs[configKey{a.GetTypeUrl(), string(a.GetValue())}] = e
+	return e
 }
 
 // compile validates one filter chain. For a chain of filter_chains it also
@@ -146,34 +174,14 @@ func (c *chainCompiler) chainID(fc *listenerpb.FilterChain, matchers []matcher, 
 			}
 			b = appendString(b, string(mb))
 		}
-		b = c.appendConfigDigest(b, f.GetTypedConfig())
+		b = append(b, c.config(f.GetTypedConfig()).sum[:]...)
 	}
 	ts := fc.GetTransportSocket()
 	b = appendString(b, ts.GetName())
-	b = c.appendConfigDigest(b, ts.GetTypedConfig())
+	b = append(b, c.config(ts.GetTypedConfig()).sum[:]...)
 	c.idBuf = b
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:16]), nil
-}
-
-// appendConfigDigest appends the SHA-256 of a config's type URL and bytes,
-// computed once per distinct config: chains usually share their configs.
-func (c *chainCompiler) appendConfigDigest(b []byte, a *anypb.Any) []byte {
-	d, ok := c.digests[string(a.GetValue())]
-	if !ok || d.typeURL != a.GetTypeUrl() {
-		h := sha256.New()
-		h.Write(appendString(nil, a.GetTypeUrl()))
-		h.Write(a.GetValue())
-		d = configDigest{typeURL: a.GetTypeUrl()}
-		h.Sum(d.sum[:0])
-		c.digests[string(a.GetValue())] = d
-	}
-	return append(b, d.sum[:]...)
-}
-
-type configDigest struct {
-	typeURL string
-	sum     [sha256.Size]byte
+	id := sha256.Sum256(b)
+	return hex.EncodeToString(id[:16]), nil
 }
 
 // appendString appends s, length-prefixed.
@@ -214,10 +222,9 @@ func (c *chainCompiler) networkFilter(f *listenerpb.Filter, seenHCM bool) (*HTTP
 	if a == nil {
 		return nil, fieldErrorf("typed_config", "is missing")
 	}
-	// Identical configs are decoded once; indexing with string(bytes) does
-	// not copy the bytes. Only HttpConnectionManager configs are stored.
-	r, ok := c.hcms[string(a.GetValue())]
-	if !ok || r.typeURL != a.GetTypeUrl() {
+	// Identical configs are decoded once.
+	e := c.config(a)
+	if e.hcm == nil {
 		// gRFC A36, "xDS Protocol": the type of a TypedStruct is its type_url.
 		raw, err := unwrapTypedStruct(a)
 		if err != nil {
@@ -226,10 +233,11 @@ func (c *chainCompiler) networkFilter(f *listenerpb.Filter, seenHCM bool) (*HTTP
 		if !isType(raw.TypeURL, hcmTypeName) {
 			return nil, fieldErrorf("typed_config", "unsupported network filter type %q, want only an HttpConnectionManager", typeName(raw.TypeURL))
 		}
-		r = hcmResult{typeURL: a.GetTypeUrl()}
+		r := &hcmResult{}
 		r.hcm, r.err = c.decodeHCM(raw)
-		c.hcms[string(a.GetValue())] = r
+		e.hcm = r
 	}
+	r := e.hcm
 	if seenHCM {
 		return nil, errors.New("second HttpConnectionManager, want exactly one")
 	}
@@ -369,15 +377,16 @@ func (c *chainCompiler) transportSocket(ts *corepb.TransportSocket) (*tlspb.Down
 	if !isType(a.GetTypeUrl(), downstreamTLSTypeName) {
 		return nil, nil, fieldErrorf("typed_config", "has type %q, want %q", a.GetTypeUrl(), downstreamTLSTypeName)
 	}
-	r, ok := c.tls[string(a.GetValue())]
-	if !ok {
-		r.d = &tlspb.DownstreamTlsContext{}
+	e := c.config(a)
+	if e.tls == nil {
+		r := &tlsResult{d: &tlspb.DownstreamTlsContext{}}
 		if err := proto.Unmarshal(a.GetValue(), r.d); err != nil {
-			r = tlsResult{err: &fieldError{field: "typed_config", err: fmt.Errorf("malformed DownstreamTlsContext: %v", err)}}
+			r = &tlsResult{err: &fieldError{field: "typed_config", err: fmt.Errorf("malformed DownstreamTlsContext: %v", err)}}
 		} else if r.sec, err = validateDownstreamTLS(r.d, c.instances); err != nil {
-			r = tlsResult{err: inField("typed_config", err)}
+			r = &tlsResult{err: inField("typed_config", err)}
 		}
-		c.tls[string(a.GetValue())] = r
+		e.tls = r
 	}
+	r := e.tls
 	return r.d, r.sec, r.err
 }

@@ -443,6 +443,14 @@ func TestChainIDs(t *testing.T) {
 			wantSame: []bool{false, true, true},
 		},
 		{
+			desc: "same HCM bytes under another type URL prefix",
+			change: func(l *listenerpb.Listener) {
+				a := l.FilterChains[0].Filters[0].GetTypedConfig()
+				a.TypeUrl = "example.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+			},
+			wantSame: []bool{false, true, true},
+		},
+		{
 			desc:     "match equal after normalization",
 			change:   func(l *listenerpb.Listener) { l.FilterChains[0].FilterChainMatch.PrefixRanges = cidrs("10.1.2.3/8") },
 			wantSame: []bool{true, true, true},
