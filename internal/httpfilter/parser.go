@@ -31,8 +31,9 @@ type Parser struct {
 
 type memoKey struct {
 	override bool
-	typeURL  string
-	value    string // serialized Any value or TypedStruct bytes
+	isStruct bool   // value is a TypedStruct's Struct, deterministically serialized
+	typeURL  string // the type name, without its prefix
+	value    string // serialized Any value or Struct
 }
 
 // NewParser returns a Parser over reg; a nil reg means Default.
@@ -161,18 +162,19 @@ func (p *Parser) override(a *anypb.Any) (Config, bool, error) {
 }
 
 func (p *Parser) parse(f Filter, raw RawConfig, override bool) (Config, error) {
-	key := memoKey{override: override, typeURL: typeName(raw.TypeURL)}
-	switch {
-	case raw.Struct != nil:
+	var value []byte
+	if raw.Struct != nil {
 		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(raw.Struct)
 		if err != nil {
 			return nil, err
 		}
-		key.value = "s" + string(b)
-	default:
-		key.value = "a" + string(raw.Any.GetValue())
+		value = b
+	} else {
+		value = raw.Any.GetValue()
 	}
-	if cfg, ok := p.memo[key]; ok {
+	// The lookup converts value without copying it; only a miss stores a
+	// copy. (Most lookups hit: a large Listener repeats a few configs.)
+	if cfg, ok := p.memo[memoKey{override, raw.Struct != nil, typeName(raw.TypeURL), string(value)}]; ok {
 		return cfg, nil
 	}
 	var cfg Config
@@ -185,6 +187,6 @@ func (p *Parser) parse(f Filter, raw RawConfig, override bool) (Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.memo[key] = cfg
+	p.memo[memoKey{override, raw.Struct != nil, typeName(raw.TypeURL), string(value)}] = cfg
 	return cfg, nil
 }
