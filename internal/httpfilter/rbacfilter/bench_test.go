@@ -16,11 +16,11 @@ import (
 )
 
 // chainsListener is a Listener of n filter chains whose
-// HttpConnectionManagers differ (stat_prefix), so that each is decoded on
-// its own, but carry the RBAC config rbac(i) of 10 policies. Configs that
-// are the same message are serialized once, as a control plane sharing a
-// config does.
-func chainsListener(t testing.TB, n int, rbac func(i int) *rbacpb.RBAC) *listenerpb.Listener {
+// HttpConnectionManagers carry the RBAC config rbac(i) of 10 policies and,
+// unless sameHCM, differ (stat_prefix), so that each is decoded on its own.
+// Configs that are the same message are serialized once, as a control plane
+// sharing a config does.
+func chainsListener(t testing.TB, n int, sameHCM bool, rbac func(i int) *rbacpb.RBAC) *listenerpb.Listener {
 	serialized := map[*rbacpb.RBAC][]*hcmpb.HttpFilter{}
 	l := &listenerpb.Listener{
 		Name: "lis",
@@ -35,8 +35,12 @@ func chainsListener(t testing.TB, n int, rbac func(i int) *rbacpb.RBAC) *listene
 			hf = filters(t, cfg)
 			serialized[cfg] = hf
 		}
+		statPrefix := fmt.Sprint("chain-", i)
+		if sameHCM {
+			statPrefix = "chain"
+		}
 		hcm := &hcmpb.HttpConnectionManager{
-			StatPrefix:     fmt.Sprint("chain-", i),
+			StatPrefix:     statPrefix,
 			HttpFilters:    hf,
 			RouteSpecifier: &hcmpb.HttpConnectionManager_RouteConfig{RouteConfig: &routepb.RouteConfiguration{Name: "r"}},
 		}
@@ -76,7 +80,7 @@ func compileChains(t testing.TB, l *listenerpb.Listener) *filterchain.Table {
 func TestThousandChainsOneEngine(t *testing.T) {
 	// Serialized per chain: map order differs between the copies, so the
 	// Parser's memo by bytes misses and the engine cache must catch it.
-	tbl := compileChains(t, chainsListener(t, 1000, func(int) *rbacpb.RBAC { return tenPolicies(0) }))
+	tbl := compileChains(t, chainsListener(t, 1000, false, func(int) *rbacpb.RBAC { return tenPolicies(0) }))
 	var first *Config
 	for _, fc := range tbl.Chains() {
 		c := fc.HCM.Filters[0].Config.(*Config)
@@ -90,19 +94,23 @@ func TestThousandChainsOneEngine(t *testing.T) {
 }
 
 // BenchmarkCompileThousandChains: decoding a 1 000-chain Listener with an
-// RBAC filter of 10 policies on every chain, the same config everywhere or a
-// distinct one per chain.
+// RBAC filter of 10 policies on every chain: the same RBAC config everywhere
+// in one HttpConnectionManager config shared by every chain, or in a
+// distinct HttpConnectionManager per chain, or a distinct RBAC config per
+// chain.
 func BenchmarkCompileThousandChains(b *testing.B) {
 	shared := tenPolicies(0)
 	for _, tc := range []struct {
-		name string
-		rbac func(int) *rbacpb.RBAC
+		name    string
+		sameHCM bool
+		rbac    func(int) *rbacpb.RBAC
 	}{
+		{name: "shared-hcm", sameHCM: true, rbac: func(int) *rbacpb.RBAC { return shared }},
 		{name: "shared-rbac", rbac: func(int) *rbacpb.RBAC { return shared }},
 		{name: "distinct-rbac", rbac: tenPolicies},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			l := chainsListener(b, 1000, tc.rbac)
+			l := chainsListener(b, 1000, tc.sameHCM, tc.rbac)
 			b.ReportAllocs()
 			for b.Loop() {
 				compileChains(b, l)
