@@ -138,50 +138,42 @@ func (c *chainCompiler) compile(ref chainRef, fc *listenerpb.FilterChain) (*Filt
 		}
 		spec.matchers, spec.canMatch = ms, canMatch
 	}
-	hcm, err := c.networkFilters(fc.GetFilters())
+	hcm, hcmConfig, err := c.networkFilters(fc.GetFilters())
 	if err != nil {
 		return fail(err)
 	}
-	tls, sec, err := c.transportSocket(fc.GetTransportSocket())
+	tls, sec, tlsConfig, err := c.transportSocket(fc.GetTransportSocket())
 	if err != nil {
 		return fail(inField("transport_socket", err))
 	}
-	id, err := c.chainID(fc, spec.matchers, isDefault)
-	if err != nil {
-		return fail(err)
-	}
+	id := c.chainID(fc, spec.matchers, isDefault, hcmConfig, tlsConfig)
 	spec.chain = &FilterChain{ID: id, Name: fc.GetName(), IsDefault: isDefault, HCM: hcm, TLS: tls, Security: sec}
 	return spec.chain, spec, nil
 }
 
-// chainID hashes the chain's content: whether it is the default chain, its
-// normalized matchers (so that matches that differ only in masked-off bits
-// or clamped lengths get the same ID), and the names, types and config
-// bytes of its network filters and transport socket.
-func (c *chainCompiler) chainID(fc *listenerpb.FilterChain, matchers []matcher, isDefault bool) (string, error) {
+// chainID hashes the content of a valid chain: whether it is the default
+// chain, its normalized matchers (so that matches that differ only in
+// masked-off bits or clamped lengths get the same ID), and the names, types
+// and config bytes of its network filter (valid means exactly one, the
+// HttpConnectionManager, whose config is hcm) and of its transport socket
+// (config tls, nil if it has none).
+func (c *chainCompiler) chainID(fc *listenerpb.FilterChain, matchers []matcher, isDefault bool, hcm, tls *configEntry) string {
 	b := append(c.idBuf[:0], byte(boolInt(isDefault)))
 	b = binary.AppendUvarint(b, uint64(len(matchers)))
 	for i := range matchers {
 		b = matchers[i].appendBinary(b)
 	}
-	b = binary.AppendUvarint(b, uint64(len(fc.GetFilters())))
-	for i, f := range fc.GetFilters() {
-		b = appendString(b, f.GetName())
-		if cd := f.GetConfigDiscovery(); cd != nil {
-			mb, err := proto.MarshalOptions{Deterministic: true}.Marshal(cd)
-			if err != nil {
-				return "", fieldErrorf(fmt.Sprintf("filters[%d].config_discovery", i), "cannot serialize: %v", err)
-			}
-			b = appendString(b, string(mb))
-		}
-		b = append(b, c.config(f.GetTypedConfig()).sum[:]...)
+	b = binary.AppendUvarint(b, 1)
+	b = appendString(b, fc.GetFilters()[0].GetName())
+	b = append(b, hcm.sum[:]...)
+	b = appendString(b, fc.GetTransportSocket().GetName())
+	if tls == nil {
+		tls = c.config(nil)
 	}
-	ts := fc.GetTransportSocket()
-	b = appendString(b, ts.GetName())
-	b = append(b, c.config(ts.GetTypedConfig()).sum[:]...)
+	b = append(b, tls.sum[:]...)
 	c.idBuf = b
 	id := sha256.Sum256(b)
-	return hex.EncodeToString(id[:16]), nil
+	return hex.EncodeToString(id[:16])
 }
 
 // appendString appends s, length-prefixed.
@@ -192,35 +184,36 @@ func appendString(b []byte, s string) []byte {
 // networkFilters validates a chain's network filters (gRFC A36, "xDS
 // Protocol"): exactly one, an HttpConnectionManager, which is therefore
 // last, with unique names. Any other filter type is unsupported.
-func (c *chainCompiler) networkFilters(filters []*listenerpb.Filter) (*HTTPConnectionManager, error) {
+func (c *chainCompiler) networkFilters(filters []*listenerpb.Filter) (*HTTPConnectionManager, *configEntry, error) {
 	if len(filters) == 0 {
-		return nil, fieldErrorf("filters", "empty, want exactly one HttpConnectionManager")
+		return nil, nil, fieldErrorf("filters", "empty, want exactly one HttpConnectionManager")
 	}
 	var hcm *HTTPConnectionManager
+	var config *configEntry
 	for i, f := range filters {
 		for _, prev := range filters[:i] {
 			if prev.GetName() == f.GetName() {
-				return nil, fieldErrorf(fmt.Sprintf("filters[%d].name", i), "duplicate network filter name %q", f.GetName())
+				return nil, nil, fieldErrorf(fmt.Sprintf("filters[%d].name", i), "duplicate network filter name %q", f.GetName())
 			}
 		}
-		h, err := c.networkFilter(f, hcm != nil)
+		h, e, err := c.networkFilter(f, hcm != nil)
 		if err != nil {
-			return nil, inField(fmt.Sprintf("filters[%d]", i), err)
+			return nil, nil, inField(fmt.Sprintf("filters[%d]", i), err)
 		}
-		hcm = h
+		hcm, config = h, e
 	}
-	return hcm, nil
+	return hcm, config, nil
 }
 
 // networkFilter validates one network filter, which must be an
 // HttpConnectionManager and, if seenHCM, is one too many.
-func (c *chainCompiler) networkFilter(f *listenerpb.Filter, seenHCM bool) (*HTTPConnectionManager, error) {
+func (c *chainCompiler) networkFilter(f *listenerpb.Filter, seenHCM bool) (*HTTPConnectionManager, *configEntry, error) {
 	if f.GetConfigDiscovery() != nil {
-		return nil, fieldErrorf("config_discovery", "is not supported, want typed_config")
+		return nil, nil, fieldErrorf("config_discovery", "is not supported, want typed_config")
 	}
 	a := f.GetTypedConfig()
 	if a == nil {
-		return nil, fieldErrorf("typed_config", "is missing")
+		return nil, nil, fieldErrorf("typed_config", "is missing")
 	}
 	// Identical configs are decoded once.
 	e := c.config(a)
@@ -228,10 +221,10 @@ func (c *chainCompiler) networkFilter(f *listenerpb.Filter, seenHCM bool) (*HTTP
 		// gRFC A36, "xDS Protocol": the type of a TypedStruct is its type_url.
 		raw, err := unwrapTypedStruct(a)
 		if err != nil {
-			return nil, inField("typed_config", err)
+			return nil, nil, inField("typed_config", err)
 		}
 		if !isType(raw.TypeURL, hcmTypeName) {
-			return nil, fieldErrorf("typed_config", "unsupported network filter type %q, want only an HttpConnectionManager", typeName(raw.TypeURL))
+			return nil, nil, fieldErrorf("typed_config", "unsupported network filter type %q, want only an HttpConnectionManager", typeName(raw.TypeURL))
 		}
 		r := &hcmResult{}
 		r.hcm, r.err = c.decodeHCM(raw)
@@ -239,12 +232,12 @@ func (c *chainCompiler) networkFilter(f *listenerpb.Filter, seenHCM bool) (*HTTP
 	}
 	r := e.hcm
 	if seenHCM {
-		return nil, errors.New("second HttpConnectionManager, want exactly one")
+		return nil, nil, errors.New("second HttpConnectionManager, want exactly one")
 	}
 	if r.err != nil {
-		return nil, inField("typed_config", r.err)
+		return nil, nil, inField("typed_config", r.err)
 	}
-	return r.hcm, nil
+	return r.hcm, e, nil
 }
 
 // typeName strips a type URL's prefix: everything up to the last '/'.
@@ -363,19 +356,19 @@ func describeConfigSource(cs *corepb.ConfigSource) string {
 // with a DownstreamTlsContext (gRFC A29, "LDS for Server Side Security"),
 // and validates it (see validateDownstreamTLS). Identical configs are decoded
 // once per Listener and share their results.
-func (c *chainCompiler) transportSocket(ts *corepb.TransportSocket) (*tlspb.DownstreamTlsContext, *Security, error) {
+func (c *chainCompiler) transportSocket(ts *corepb.TransportSocket) (*tlspb.DownstreamTlsContext, *Security, *configEntry, error) {
 	if ts == nil {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	if ts.GetName() != tlsTransportSocket {
-		return nil, nil, fieldErrorf("name", "is %q, want %q", ts.GetName(), tlsTransportSocket)
+		return nil, nil, nil, fieldErrorf("name", "is %q, want %q", ts.GetName(), tlsTransportSocket)
 	}
 	a := ts.GetTypedConfig()
 	if a == nil {
-		return nil, nil, fieldErrorf("typed_config", "is missing, want a DownstreamTlsContext")
+		return nil, nil, nil, fieldErrorf("typed_config", "is missing, want a DownstreamTlsContext")
 	}
 	if !isType(a.GetTypeUrl(), downstreamTLSTypeName) {
-		return nil, nil, fieldErrorf("typed_config", "has type %q, want %q", a.GetTypeUrl(), downstreamTLSTypeName)
+		return nil, nil, nil, fieldErrorf("typed_config", "has type %q, want %q", a.GetTypeUrl(), downstreamTLSTypeName)
 	}
 	e := c.config(a)
 	if e.tls == nil {
@@ -388,5 +381,8 @@ func (c *chainCompiler) transportSocket(ts *corepb.TransportSocket) (*tlspb.Down
 		e.tls = r
 	}
 	r := e.tls
-	return r.d, r.sec, r.err
+	if r.err != nil {
+		return nil, nil, nil, r.err
+	}
+	return r.d, r.sec, e, nil
 }
