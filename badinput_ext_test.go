@@ -329,9 +329,14 @@ func badInputCases() []badCase {
 		{name: "custom_handshaker", mutate: withTLS(func(d *tlspb.DownstreamTlsContext) {
 			d.CommonTlsContext.CustomHandshaker = &corepb.TypedExtensionConfig{Name: "h"}
 		}), want: []string{"custom_handshaker"}},
-		{name: "deprecated tls_certificate_certificate_provider_instance", mutate: withTLS(func(d *tlspb.DownstreamTlsContext) {
-			d.CommonTlsContext.TlsCertificateCertificateProviderInstance = &tlspb.CommonTlsContext_CertificateProviderInstance{InstanceName: instServer}
-		}), want: []string{"tls_certificate_certificate_provider_instance"}},
+		{name: "deprecated inline tls_certificate_certificate_provider without an instance", mutate: withTLS(func(d *tlspb.DownstreamTlsContext) {
+			d.CommonTlsContext.TlsCertificateProviderInstance = nil
+			d.CommonTlsContext.TlsCertificateCertificateProvider = &tlspb.CommonTlsContext_CertificateProvider{Name: "inline"}
+		}), want: []string{"tls_certificate_certificate_provider"}},
+		{name: "deprecated tls_certificate_certificate_provider_instance not in the bootstrap", mutate: withTLS(func(d *tlspb.DownstreamTlsContext) {
+			d.CommonTlsContext.TlsCertificateProviderInstance = nil
+			d.CommonTlsContext.TlsCertificateCertificateProviderInstance = &tlspb.CommonTlsContext_CertificateProviderInstance{InstanceName: "unknown-instance"}
+		}), want: []string{"tls_certificate_certificate_provider_instance", "unknown-instance"}},
 		{name: "verify_certificate_spki", mutate: withValidation(func(v *tlspb.CertificateValidationContext) {
 			v.VerifyCertificateSpki = []string{"NvqYIYSbgK2vCJpQhObf77vv+bQWtc5ek5RIOwPiC9A="}
 		}), want: []string{"verify_certificate_spki"}},

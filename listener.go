@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -262,6 +263,12 @@ func (lw *listenerWrapper) apply(l *xdsresource.Listener) {
 	lw.cancelUnusedRDSWatches()
 	lw.logInlineRouteErrors(l)
 	lw.log.Infof("applied Listener %q: %d filter chain(s), %d kept, %d new, %d kept chain(s) with rerouted connections", lw.name, len(cfg.servers), len(kept), len(created), len(rerouted))
+	if ignored := l.Table.Ignored(); len(ignored) > 0 && logger.V(2) {
+		// Accepted fields without effect (gRFC A29's ignored fields,
+		// deprecated duplicates): worth knowing when debugging, not a
+		// problem.
+		lw.log.Infof("Listener %q: %d field(s) accepted and ignored: %s", lw.name, len(ignored), strings.Join(ignored, "; "))
+	}
 	lw.setMode(connectivity.ServingModeServing, nil)
 }
 

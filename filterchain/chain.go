@@ -73,9 +73,11 @@ type chainCompiler struct {
 	// instances are the bootstrap's certificate provider instances (see
 	// Options.CertProviderInstances); nil skips the existence check.
 	instances map[string]bool
-	budget    int    // normalized matchers the Listener may still have
-	idBuf     []byte // scratch for chainID
-	sumBuf    []byte // scratch for config
+	budget    int // normalized matchers the Listener may still have
+	// ignored are the fields accepted without effect (see Table.Ignored).
+	ignored []string
+	idBuf   []byte // scratch for chainID
+	sumBuf  []byte // scratch for config
 }
 
 // configKey is a config's type URL and bytes. A lookup with
@@ -98,6 +100,10 @@ type tlsResult struct {
 	d   *tlspb.DownstreamTlsContext
 	sec *Security
 	err error // a fieldError relative to the transport socket
+	// ignored are the fields accepted without effect, relative to the
+	// transport socket ("typed_config.common_tls_context.alpn_protocols:
+	// why").
+	ignored []string
 }
 
 type hcmResult struct {
@@ -142,7 +148,7 @@ func (c *chainCompiler) compile(ref chainRef, fc *listenerpb.FilterChain) (*Filt
 	if err != nil {
 		return fail(err)
 	}
-	tls, sec, tlsConfig, err := c.transportSocket(fc.GetTransportSocket())
+	tls, sec, tlsConfig, err := c.transportSocket(ref, fc.GetTransportSocket())
 	if err != nil {
 		return fail(inField("transport_socket", err))
 	}
@@ -356,7 +362,7 @@ func describeConfigSource(cs *corepb.ConfigSource) string {
 // with a DownstreamTlsContext (gRFC A29, "LDS for Server Side Security"),
 // and validates it (see validateDownstreamTLS). Identical configs are decoded
 // once per Listener and share their results.
-func (c *chainCompiler) transportSocket(ts *corepb.TransportSocket) (*tlspb.DownstreamTlsContext, *Security, *configEntry, error) {
+func (c *chainCompiler) transportSocket(ref chainRef, ts *corepb.TransportSocket) (*tlspb.DownstreamTlsContext, *Security, *configEntry, error) {
 	if ts == nil {
 		return nil, nil, nil, nil
 	}
@@ -373,12 +379,19 @@ func (c *chainCompiler) transportSocket(ts *corepb.TransportSocket) (*tlspb.Down
 	e := c.config(a)
 	if e.tls == nil {
 		r := &tlsResult{d: &tlspb.DownstreamTlsContext{}}
+		ignore := func(field, why string) {
+			r.ignored = append(r.ignored, "typed_config."+field+": "+why)
+		}
 		if err := proto.Unmarshal(a.GetValue(), r.d); err != nil {
 			r = &tlsResult{err: &fieldError{field: "typed_config", err: fmt.Errorf("malformed DownstreamTlsContext: %v", err)}}
-		} else if r.sec, err = validateDownstreamTLS(r.d, c.instances); err != nil {
+		} else if r.sec, err = validateDownstreamTLS(r.d, c.instances, ignore); err != nil {
 			r = &tlsResult{err: inField("typed_config", err)}
 		}
 		e.tls = r
+		for _, note := range r.ignored {
+			// Once per distinct config, named by the first chain using it.
+			c.ignored = append(c.ignored, fmt.Sprintf("%v: transport_socket.%s", ref, note))
+		}
 	}
 	r := e.tls
 	if r.err != nil {

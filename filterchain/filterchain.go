@@ -48,7 +48,15 @@ type Table struct {
 	chains       []*FilterChain // filter_chains in order, then the default chain
 	defaultChain *FilterChain   // nil when the Listener has none
 	lookup       lookupTable
+	ignored      []string
 }
+
+// Ignored lists the fields of the Listener that were accepted but have no
+// effect on a gRPC server, each as "where: field: why", for a debug log:
+// fields gRFC A29 says to ignore, and deprecated fields next to the current
+// ones that are used instead. A config shared by several chains is listed
+// once. The slice must not be modified.
+func (t *Table) Ignored() []string { return t.ignored }
 
 // Address returns the Listener's socket address, with an IPv4-mapped IPv6
 // address turned into IPv4.
@@ -220,6 +228,7 @@ func Compile(lis *listenerpb.Listener, opts Options) (*Table, error) {
 		return nil, err
 	}
 	t.lookup = buildLookup(specs)
+	t.ignored = c.ignored
 	return t, nil
 }
 

@@ -42,8 +42,9 @@ func (s *Security) MutualTLS() bool { return s.RootInstance != "" }
 // a Security. instances, when not nil, maps every certificate provider
 // instance name of the bootstrap to whether its plugin is supported; names
 // are then checked against it. Errors are fieldErrors relative to the
-// DownstreamTlsContext.
-func validateDownstreamTLS(d *tlspb.DownstreamTlsContext, instances map[string]bool) (*Security, error) {
+// DownstreamTlsContext. Fields that are accepted but have no effect are
+// reported to ignore, relative to the DownstreamTlsContext.
+func validateDownstreamTLS(d *tlspb.DownstreamTlsContext, instances map[string]bool, ignore func(field, why string)) (*Security, error) {
 	// A29: require_sni true cannot be honoured; ignoring it would accept
 	// connections the control plane wants refused.
 	if d.GetRequireSni().GetValue() {
@@ -57,7 +58,7 @@ func validateDownstreamTLS(d *tlspb.DownstreamTlsContext, instances map[string]b
 	if ctc == nil {
 		return nil, fieldErrorf("common_tls_context", "is missing, want a tls_certificate_provider_instance")
 	}
-	sec, err := validateCommonTLS(ctc, instances)
+	sec, err := validateCommonTLS(ctc, instances, func(field, why string) { ignore("common_tls_context."+field, why) })
 	if err != nil {
 		return nil, inField("common_tls_context", err)
 	}
@@ -69,13 +70,27 @@ func validateDownstreamTLS(d *tlspb.DownstreamTlsContext, instances map[string]b
 		}
 		sec.RequireClientCert = true
 	}
+	// A29 "The following fields in an LDS update are ignored".
+	if d.GetSessionTicketKeysType() != nil {
+		ignore("session_ticket_keys", "session tickets are gRPC's own (gRFC A29)")
+	}
+	if d.GetSessionTimeout() != nil {
+		ignore("session_timeout", "gRPC's TLS stack sets it (gRFC A29)")
+	}
 	return sec, nil
+}
+
+// instanceRef is a certificate provider instance named by a TLS context,
+// and the field that named it (for errors).
+type instanceRef struct {
+	field          string
+	name, certName string
 }
 
 // validateCommonTLS checks a server's CommonTlsContext (gRFC A29,
 // "CommonTlsContext Processing"). The returned Security has
 // RequireClientCert unset.
-func validateCommonTLS(ctc *tlspb.CommonTlsContext, instances map[string]bool) (*Security, error) {
+func validateCommonTLS(ctc *tlspb.CommonTlsContext, instances map[string]bool, ignore func(field, why string)) (*Security, error) {
 	// A29: tls_params and custom_handshaker are NACKed, since ignoring them
 	// compromises security.
 	if ctc.GetTlsParams() != nil {
@@ -95,58 +110,130 @@ func validateCommonTLS(ctc *tlspb.CommonTlsContext, instances map[string]bool) (
 	if ctc.GetCustomTlsCertificateSelector() != nil {
 		return nil, fieldErrorf("custom_tls_certificate_selector", "is not supported, want tls_certificate_provider_instance")
 	}
-	if ctc.GetTlsCertificateCertificateProvider() != nil || ctc.GetTlsCertificateCertificateProviderInstance() != nil {
-		return nil, fieldErrorf("tls_certificate_certificate_provider_instance", "deprecated fields are not supported, want tls_certificate_provider_instance")
+	if len(ctc.GetAlpnProtocols()) > 0 {
+		ignore("alpn_protocols", "a gRPC server always negotiates h2 (gRFC A29)")
 	}
-	id := ctc.GetTlsCertificateProviderInstance()
-	if id == nil {
-		return nil, fieldErrorf("tls_certificate_provider_instance", "is missing: a server needs an identity certificate provider instance")
+	id, err := identityInstance(ctc, ignore)
+	if err != nil {
+		return nil, err
 	}
-	if err := checkInstance(id.GetInstanceName(), instances); err != nil {
-		return nil, inField("tls_certificate_provider_instance.instance_name", err)
+	if err := checkInstance(id.name, instances); err != nil {
+		return nil, inField(id.field+".instance_name", err)
 	}
-	sec := &Security{IdentityInstance: id.GetInstanceName(), IdentityCertName: id.GetCertificateName()}
-
-	var vc *tlspb.CertificateValidationContext
-	var vcField string
-	switch v := ctc.GetValidationContextType().(type) {
-	case nil:
-		return sec, nil // A29: no validation context, no client certificate asked for
-	case *tlspb.CommonTlsContext_ValidationContext:
-		vc, vcField = v.ValidationContext, "validation_context"
-	case *tlspb.CommonTlsContext_CombinedValidationContext:
-		cvc := v.CombinedValidationContext
-		if cvc.GetValidationContextSdsSecretConfig() != nil {
-			return nil, fieldErrorf("combined_validation_context.validation_context_sds_secret_config", "SDS is not supported")
-		}
-		if cvc.GetValidationContextCertificateProvider() != nil || cvc.GetValidationContextCertificateProviderInstance() != nil {
-			return nil, fieldErrorf("combined_validation_context.validation_context_certificate_provider_instance", "deprecated fields are not supported, want default_validation_context.ca_certificate_provider_instance")
-		}
-		vc, vcField = cvc.GetDefaultValidationContext(), "combined_validation_context.default_validation_context"
-	case *tlspb.CommonTlsContext_ValidationContextSdsSecretConfig:
-		// A29: SDS is not supported.
-		return nil, fieldErrorf("validation_context_sds_secret_config", "SDS is not supported")
-	case *tlspb.CommonTlsContext_ValidationContextCertificateProvider, *tlspb.CommonTlsContext_ValidationContextCertificateProviderInstance:
-		return nil, fieldErrorf("validation_context_certificate_provider_instance", "deprecated fields are not supported, want validation_context.ca_certificate_provider_instance")
-	default:
-		return nil, fieldErrorf("validation_context_type", "unsupported %T", v)
+	sec := &Security{IdentityInstance: id.name, IdentityCertName: id.certName}
+	root, err := rootInstance(ctc, ignore)
+	if err != nil || root == nil {
+		return sec, err // no root: A29 TLS without a client certificate
 	}
-	if vc == nil {
-		// A combined context without a default validation context has
-		// nothing to verify clients with.
-		return nil, fieldErrorf(vcField, "is missing, want a ca_certificate_provider_instance")
+	if err := checkInstance(root.name, instances); err != nil {
+		return nil, inField(root.field+".instance_name", err)
 	}
-	if err := validateValidationContext(vc, instances); err != nil {
-		return nil, inField(vcField, err)
-	}
-	root := vc.GetCaCertificateProviderInstance()
-	sec.RootInstance, sec.RootCertName = root.GetInstanceName(), root.GetCertificateName()
+	sec.RootInstance, sec.RootCertName = root.name, root.certName
 	return sec, nil
 }
 
-// validateValidationContext checks a server's CertificateValidationContext
-// (gRFC A29, "CommonTlsContext Processing").
-func validateValidationContext(vc *tlspb.CertificateValidationContext, instances map[string]bool) error {
+// identityInstance returns the identity certificate provider instance:
+// tls_certificate_provider_instance (gRFC A29), or when it is unset the
+// deprecated tls_certificate_certificate_provider_instance, which means the
+// same (istiod sets both; grpc-go reads the second when the first is unset).
+// The deprecated inline tls_certificate_certificate_provider names no
+// instance: it is ignored next to an instance and NACKed alone.
+func identityInstance(ctc *tlspb.CommonTlsContext, ignore func(field, why string)) (instanceRef, error) {
+	cur := ctc.GetTlsCertificateProviderInstance()
+	dep := ctc.GetTlsCertificateCertificateProviderInstance()
+	switch {
+	case cur != nil:
+		if dep != nil {
+			ignore("tls_certificate_certificate_provider_instance", "deprecated; tls_certificate_provider_instance is set and used")
+		}
+		if ctc.GetTlsCertificateCertificateProvider() != nil {
+			ignore("tls_certificate_certificate_provider", "deprecated; tls_certificate_provider_instance is set and used")
+		}
+		return instanceRef{field: "tls_certificate_provider_instance", name: cur.GetInstanceName(), certName: cur.GetCertificateName()}, nil
+	case dep != nil:
+		if ctc.GetTlsCertificateCertificateProvider() != nil {
+			ignore("tls_certificate_certificate_provider", "deprecated; tls_certificate_certificate_provider_instance is set and used")
+		}
+		return instanceRef{field: "tls_certificate_certificate_provider_instance", name: dep.GetInstanceName(), certName: dep.GetCertificateName()}, nil
+	case ctc.GetTlsCertificateCertificateProvider() != nil:
+		return instanceRef{}, fieldErrorf("tls_certificate_certificate_provider", "an inline certificate provider is not supported, want tls_certificate_provider_instance")
+	}
+	return instanceRef{}, fieldErrorf("tls_certificate_provider_instance", "is missing: a server needs an identity certificate provider instance")
+}
+
+// rootInstance returns the certificate provider instance of the roots that
+// verify client certificates, or nil when the context has no validation
+// context (gRFC A29: TLS, no client certificate asked for). The roots come
+// from ca_certificate_provider_instance of validation_context or of
+// combined_validation_context.default_validation_context (A29), or when it
+// is unset from the deprecated validation_context_certificate_provider_instance,
+// standalone or in combined_validation_context, which means the same.
+func rootInstance(ctc *tlspb.CommonTlsContext, ignore func(field, why string)) (*instanceRef, error) {
+	switch v := ctc.GetValidationContextType().(type) {
+	case nil:
+		return nil, nil
+	case *tlspb.CommonTlsContext_ValidationContext:
+		return validationContextRoot("validation_context", v.ValidationContext, nil, ignore)
+	case *tlspb.CommonTlsContext_CombinedValidationContext:
+		cvc := v.CombinedValidationContext
+		const field = "combined_validation_context"
+		if cvc.GetValidationContextSdsSecretConfig() != nil {
+			return nil, fieldErrorf(field+".validation_context_sds_secret_config", "SDS is not supported")
+		}
+		var dep *instanceRef
+		if p := cvc.GetValidationContextCertificateProviderInstance(); p != nil {
+			dep = &instanceRef{field: field + ".validation_context_certificate_provider_instance", name: p.GetInstanceName(), certName: p.GetCertificateName()}
+		}
+		if cvc.GetValidationContextCertificateProvider() != nil {
+			if dep == nil && cvc.GetDefaultValidationContext().GetCaCertificateProviderInstance() == nil {
+				return nil, fieldErrorf(field+".validation_context_certificate_provider", "an inline certificate provider is not supported, want default_validation_context.ca_certificate_provider_instance")
+			}
+			ignore(field+".validation_context_certificate_provider", "deprecated; a certificate provider instance is set and used")
+		}
+		dvc := cvc.GetDefaultValidationContext()
+		if dvc == nil && dep == nil {
+			// Nothing to verify clients with.
+			return nil, fieldErrorf(field+".default_validation_context", "is missing, want a ca_certificate_provider_instance")
+		}
+		return validationContextRoot(field+".default_validation_context", dvc, dep, ignore)
+	case *tlspb.CommonTlsContext_ValidationContextSdsSecretConfig:
+		// A29: SDS is not supported.
+		return nil, fieldErrorf("validation_context_sds_secret_config", "SDS is not supported")
+	case *tlspb.CommonTlsContext_ValidationContextCertificateProviderInstance:
+		p := v.ValidationContextCertificateProviderInstance
+		return &instanceRef{field: "validation_context_certificate_provider_instance", name: p.GetInstanceName(), certName: p.GetCertificateName()}, nil
+	case *tlspb.CommonTlsContext_ValidationContextCertificateProvider:
+		return nil, fieldErrorf("validation_context_certificate_provider", "an inline certificate provider is not supported, want validation_context.ca_certificate_provider_instance")
+	default:
+		return nil, fieldErrorf("validation_context_type", "unsupported %T", v)
+	}
+}
+
+// validationContextRoot checks a server's CertificateValidationContext
+// (gRFC A29, "CommonTlsContext Processing"), at field, and returns its
+// ca_certificate_provider_instance, else dep (a deprecated instance field
+// beside it), else an error. vc may be nil when dep is not.
+func validationContextRoot(field string, vc *tlspb.CertificateValidationContext, dep *instanceRef, ignore func(field, why string)) (*instanceRef, error) {
+	if err := validateValidationContext(vc, func(f, why string) { ignore(field+"."+f, why) }); err != nil {
+		return nil, inField(field, err)
+	}
+	if root := vc.GetCaCertificateProviderInstance(); root != nil {
+		if dep != nil {
+			ignore(dep.field, "deprecated; ca_certificate_provider_instance is set and used")
+		}
+		return &instanceRef{field: field + ".ca_certificate_provider_instance", name: root.GetInstanceName(), certName: root.GetCertificateName()}, nil
+	}
+	if dep != nil {
+		return dep, nil
+	}
+	// A29: the roots come from a certificate provider instance, required.
+	return nil, fieldErrorf(field+".ca_certificate_provider_instance", "is missing: verifying client certificates needs a root certificate provider instance")
+}
+
+// validateValidationContext checks the fields of a server's
+// CertificateValidationContext other than its roots (gRFC A29,
+// "CommonTlsContext Processing"). vc may be nil.
+func validateValidationContext(vc *tlspb.CertificateValidationContext, ignore func(field, why string)) error {
 	// A29: these fields cannot be ignored without compromising security.
 	switch {
 	case len(vc.GetVerifyCertificateSpki()) > 0:
@@ -162,20 +249,27 @@ func validateValidationContext(vc *tlspb.CertificateValidationContext, instances
 	}
 	// A29 lets a server support match_subject_alt_names or NACK it; this
 	// server leaves client authorization to RBAC (gRFC A41) and NACKs it,
-	// with its typed successor.
+	// with its typed successor: ignoring them would accept clients the
+	// control plane wants refused.
 	if len(vc.GetMatchSubjectAltNames()) > 0 {
 		return fieldErrorf("match_subject_alt_names", "is not supported on a server (authorize clients with RBAC)")
 	}
 	if len(vc.GetMatchTypedSubjectAltNames()) > 0 {
 		return fieldErrorf("match_typed_subject_alt_names", "is not supported on a server (authorize clients with RBAC)")
 	}
-	// A29: the roots come from a certificate provider instance, required.
-	root := vc.GetCaCertificateProviderInstance()
-	if root == nil {
-		return fieldErrorf("ca_certificate_provider_instance", "is missing: verifying client certificates needs a root certificate provider instance")
+	// A29 "The following fields from CertificateValidationContext are
+	// ignored".
+	if vc.GetTrustedCa() != nil {
+		ignore("trusted_ca", "the roots come from ca_certificate_provider_instance (gRFC A29)")
 	}
-	if err := checkInstance(root.GetInstanceName(), instances); err != nil {
-		return inField("ca_certificate_provider_instance.instance_name", err)
+	if vc.GetWatchedDirectory() != nil {
+		ignore("watched_directory", "certificate providers watch their own files (gRFC A29)")
+	}
+	if vc.GetAllowExpiredCertificate() {
+		ignore("allow_expired_certificate", "expired client certificates are refused (gRFC A29)")
+	}
+	if vc.GetTrustChainVerification() != tlspb.CertificateValidationContext_VERIFY_TRUST_CHAIN {
+		ignore("trust_chain_verification", "client certificates are always verified (gRFC A29)")
 	}
 	return nil
 }

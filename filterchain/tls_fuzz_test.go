@@ -38,7 +38,7 @@ func FuzzDownstreamTLS(f *testing.F) {
 		if proto.Unmarshal(b, d) != nil {
 			return
 		}
-		sec, err := validateDownstreamTLS(d, instances)
+		sec, err := validateDownstreamTLS(d, instances, func(string, string) {})
 		if err != nil {
 			return
 		}

@@ -91,6 +91,67 @@ func TestDownstreamTLSValid(t *testing.T) {
 			want: filterchain.Security{IdentityInstance: "identity", RootInstance: "roots", RequireClientCert: true},
 		},
 		{
+			desc: "deprecated identity instance alone",
+			tls: func(d *tlspb.DownstreamTlsContext) {
+				d.CommonTlsContext.TlsCertificateProviderInstance = nil
+				d.CommonTlsContext.TlsCertificateCertificateProviderInstance = &tlspb.CommonTlsContext_CertificateProviderInstance{InstanceName: "identity", CertificateName: "default"}
+			},
+			want: filterchain.Security{IdentityInstance: "identity", IdentityCertName: "default", RootInstance: "roots", RequireClientCert: true},
+		},
+		{
+			desc: "current identity instance wins over the deprecated one",
+			tls: func(d *tlspb.DownstreamTlsContext) {
+				d.CommonTlsContext.TlsCertificateCertificateProviderInstance = &tlspb.CommonTlsContext_CertificateProviderInstance{InstanceName: "not-in-bootstrap"}
+				d.CommonTlsContext.TlsCertificateCertificateProvider = &tlspb.CommonTlsContext_CertificateProvider{Name: "inline"}
+			},
+			want: filterchain.Security{IdentityInstance: "identity", RootInstance: "roots", RequireClientCert: true},
+		},
+		{
+			desc: "deprecated standalone validation_context_certificate_provider_instance",
+			tls: func(d *tlspb.DownstreamTlsContext) {
+				d.CommonTlsContext.ValidationContextType = &tlspb.CommonTlsContext_ValidationContextCertificateProviderInstance{
+					ValidationContextCertificateProviderInstance: &tlspb.CommonTlsContext_CertificateProviderInstance{InstanceName: "roots", CertificateName: "ROOTCA"},
+				}
+			},
+			want: filterchain.Security{IdentityInstance: "identity", RootInstance: "roots", RootCertName: "ROOTCA", RequireClientCert: true},
+		},
+		{
+			desc: "combined: deprecated instance only",
+			tls: func(d *tlspb.DownstreamTlsContext) {
+				d.CommonTlsContext.ValidationContextType = &tlspb.CommonTlsContext_CombinedValidationContext{
+					CombinedValidationContext: &tlspb.CommonTlsContext_CombinedCertificateValidationContext{
+						ValidationContextCertificateProviderInstance: &tlspb.CommonTlsContext_CertificateProviderInstance{InstanceName: "roots", CertificateName: "ROOTCA"},
+					},
+				}
+			},
+			want: filterchain.Security{IdentityInstance: "identity", RootInstance: "roots", RootCertName: "ROOTCA", RequireClientCert: true},
+		},
+		{
+			desc: "combined: default context without roots, deprecated instance",
+			tls: func(d *tlspb.DownstreamTlsContext) {
+				d.CommonTlsContext.ValidationContextType = &tlspb.CommonTlsContext_CombinedValidationContext{
+					CombinedValidationContext: &tlspb.CommonTlsContext_CombinedCertificateValidationContext{
+						DefaultValidationContext:                     &tlspb.CertificateValidationContext{},
+						ValidationContextCertificateProviderInstance: &tlspb.CommonTlsContext_CertificateProviderInstance{InstanceName: "roots"},
+					},
+				}
+			},
+			want: filterchain.Security{IdentityInstance: "identity", RootInstance: "roots", RequireClientCert: true},
+		},
+		{
+			desc: "combined: current roots win over the deprecated instance",
+			tls: func(d *tlspb.DownstreamTlsContext) {
+				d.CommonTlsContext.ValidationContextType = &tlspb.CommonTlsContext_CombinedValidationContext{
+					CombinedValidationContext: &tlspb.CommonTlsContext_CombinedCertificateValidationContext{
+						DefaultValidationContext:                     &tlspb.CertificateValidationContext{CaCertificateProviderInstance: providerInstance("roots")},
+						ValidationContextCertificateProviderInstance: &tlspb.CommonTlsContext_CertificateProviderInstance{InstanceName: "not-in-bootstrap"},
+						ValidationContextCertificateProvider:         &tlspb.CommonTlsContext_CertificateProvider{Name: "inline"},
+					},
+				}
+			},
+			want: filterchain.Security{IdentityInstance: "identity", RootInstance: "roots", RequireClientCert: true},
+		},
+		{
 			desc: "ignored fields (A29)",
 			tls: func(d *tlspb.DownstreamTlsContext) {
 				d.RequireSni = wrapperspb.Bool(false)
@@ -225,11 +286,20 @@ func TestDownstreamTLSErrors(t *testing.T) {
 			wantField: "common_tls_context.tls_certificate_sds_secret_configs", wantText: "SDS",
 		},
 		{
-			desc: "deprecated tls_certificate_certificate_provider_instance",
+			desc: "deprecated inline tls_certificate_certificate_provider alone",
 			tls: func(d *tlspb.DownstreamTlsContext) {
-				d.CommonTlsContext.TlsCertificateCertificateProviderInstance = &tlspb.CommonTlsContext_CertificateProviderInstance{InstanceName: "identity"}
+				d.CommonTlsContext.TlsCertificateProviderInstance = nil
+				d.CommonTlsContext.TlsCertificateCertificateProvider = &tlspb.CommonTlsContext_CertificateProvider{Name: "p"}
 			},
-			wantField: "common_tls_context.tls_certificate_certificate_provider_instance",
+			wantField: "common_tls_context.tls_certificate_certificate_provider", wantText: "inline",
+		},
+		{
+			desc: "deprecated identity instance not in the bootstrap",
+			tls: func(d *tlspb.DownstreamTlsContext) {
+				d.CommonTlsContext.TlsCertificateProviderInstance = nil
+				d.CommonTlsContext.TlsCertificateCertificateProviderInstance = &tlspb.CommonTlsContext_CertificateProviderInstance{InstanceName: "nope"}
+			},
+			wantField: "common_tls_context.tls_certificate_certificate_provider_instance.instance_name", wantText: `"nope"`,
 		},
 		{
 			desc: "validation_context_sds_secret_config",
@@ -260,13 +330,57 @@ func TestDownstreamTLSErrors(t *testing.T) {
 			wantField: "common_tls_context.combined_validation_context.default_validation_context", wantText: "missing",
 		},
 		{
-			desc: "deprecated validation_context_certificate_provider_instance",
+			desc: "deprecated validation_context_certificate_provider_instance not in the bootstrap",
 			tls: func(d *tlspb.DownstreamTlsContext) {
 				d.CommonTlsContext.ValidationContextType = &tlspb.CommonTlsContext_ValidationContextCertificateProviderInstance{
-					ValidationContextCertificateProviderInstance: &tlspb.CommonTlsContext_CertificateProviderInstance{InstanceName: "roots"},
+					ValidationContextCertificateProviderInstance: &tlspb.CommonTlsContext_CertificateProviderInstance{InstanceName: "nope"},
 				}
 			},
-			wantField: "common_tls_context.validation_context_certificate_provider_instance",
+			wantField: "common_tls_context.validation_context_certificate_provider_instance.instance_name", wantText: `"nope"`,
+		},
+		{
+			desc: "deprecated inline validation_context_certificate_provider",
+			tls: func(d *tlspb.DownstreamTlsContext) {
+				d.CommonTlsContext.ValidationContextType = &tlspb.CommonTlsContext_ValidationContextCertificateProvider{
+					ValidationContextCertificateProvider: &tlspb.CommonTlsContext_CertificateProvider{Name: "p"},
+				}
+			},
+			wantField: "common_tls_context.validation_context_certificate_provider", wantText: "inline",
+		},
+		{
+			desc: "combined: deprecated inline provider, no instance",
+			tls: func(d *tlspb.DownstreamTlsContext) {
+				d.CommonTlsContext.ValidationContextType = &tlspb.CommonTlsContext_CombinedValidationContext{
+					CombinedValidationContext: &tlspb.CommonTlsContext_CombinedCertificateValidationContext{
+						DefaultValidationContext:             &tlspb.CertificateValidationContext{},
+						ValidationContextCertificateProvider: &tlspb.CommonTlsContext_CertificateProvider{Name: "p"},
+					},
+				}
+			},
+			wantField: "common_tls_context.combined_validation_context.validation_context_certificate_provider", wantText: "inline",
+		},
+		{
+			desc: "combined: deprecated instance not in the bootstrap",
+			tls: func(d *tlspb.DownstreamTlsContext) {
+				d.CommonTlsContext.ValidationContextType = &tlspb.CommonTlsContext_CombinedValidationContext{
+					CombinedValidationContext: &tlspb.CommonTlsContext_CombinedCertificateValidationContext{
+						ValidationContextCertificateProviderInstance: &tlspb.CommonTlsContext_CertificateProviderInstance{InstanceName: "nope"},
+					},
+				}
+			},
+			wantField: "common_tls_context.combined_validation_context.validation_context_certificate_provider_instance.instance_name", wantText: `"nope"`,
+		},
+		{
+			desc: "combined: default context with an unsupported field next to a deprecated instance",
+			tls: func(d *tlspb.DownstreamTlsContext) {
+				d.CommonTlsContext.ValidationContextType = &tlspb.CommonTlsContext_CombinedValidationContext{
+					CombinedValidationContext: &tlspb.CommonTlsContext_CombinedCertificateValidationContext{
+						DefaultValidationContext:                     &tlspb.CertificateValidationContext{VerifyCertificateHash: []string{"x"}},
+						ValidationContextCertificateProviderInstance: &tlspb.CommonTlsContext_CertificateProviderInstance{InstanceName: "roots"},
+					},
+				}
+			},
+			wantField: "common_tls_context.combined_validation_context.default_validation_context.verify_certificate_hash",
 		},
 		{
 			desc:      "tls_params",
@@ -384,5 +498,70 @@ func TestDownstreamTLSShared(t *testing.T) {
 	}
 	if cs[2].Security != nil || cs[2].TLS != nil {
 		t.Errorf("chain without transport_socket has Security %v, TLS %v; want nil", cs[2].Security, cs[2].TLS)
+	}
+}
+
+// istiodStrictTLS is the DownstreamTlsContext istiod's proxyless generator
+// (pilot/pkg/networking/grpcgen, since istio/istio#58257) sends for
+// PeerAuthentication STRICT: every certificate provider is named twice, in
+// the current field and in the deprecated one, with the instance "default"
+// of the bootstrap istio-agent writes and the certificate names "default"
+// and "ROOTCA".
+func istiodStrictTLS() *tlspb.DownstreamTlsContext {
+	return &tlspb.DownstreamTlsContext{
+		RequireClientCertificate: wrapperspb.Bool(true),
+		CommonTlsContext: &tlspb.CommonTlsContext{
+			TlsCertificateProviderInstance:            &tlspb.CertificateProviderPluginInstance{InstanceName: "default", CertificateName: "default"},
+			TlsCertificateCertificateProviderInstance: &tlspb.CommonTlsContext_CertificateProviderInstance{InstanceName: "default", CertificateName: "default"},
+			ValidationContextType: &tlspb.CommonTlsContext_CombinedValidationContext{
+				CombinedValidationContext: &tlspb.CommonTlsContext_CombinedCertificateValidationContext{
+					DefaultValidationContext: &tlspb.CertificateValidationContext{
+						CaCertificateProviderInstance: &tlspb.CertificateProviderPluginInstance{InstanceName: "default", CertificateName: "ROOTCA"},
+					},
+					ValidationContextCertificateProviderInstance: &tlspb.CommonTlsContext_CertificateProviderInstance{InstanceName: "default", CertificateName: "ROOTCA"},
+				},
+			},
+		},
+	}
+}
+
+// TestDownstreamTLSIstiod: istiod's STRICT mTLS context is accepted as mTLS
+// with the bootstrap's "default" instance for both identity and roots, and
+// the deprecated duplicates are listed as ignored.
+func TestDownstreamTLSIstiod(t *testing.T) {
+	tbl, err := filterchain.Compile(withTLS(istiodStrictTLS()), filterchain.Options{CertProviderInstances: map[string]bool{"default": true}})
+	if err != nil {
+		t.Fatalf("Compile(istiod's STRICT Listener) failed: %v", err)
+	}
+	want := filterchain.Security{IdentityInstance: "default", IdentityCertName: "default", RootInstance: "default", RootCertName: "ROOTCA", RequireClientCert: true}
+	if diff := cmp.Diff(*tbl.Chains()[0].Security, want); diff != "" {
+		t.Errorf("Security (-got, +want):\n%s", diff)
+	}
+	const p = `filter_chains[0] "a": transport_socket.typed_config.common_tls_context.`
+	wantIgnored := []string{
+		p + "tls_certificate_certificate_provider_instance: deprecated; tls_certificate_provider_instance is set and used",
+		p + "combined_validation_context.validation_context_certificate_provider_instance: deprecated; ca_certificate_provider_instance is set and used",
+	}
+	if diff := cmp.Diff(tbl.Ignored(), wantIgnored); diff != "" {
+		t.Errorf("Ignored() (-got, +want):\n%s", diff)
+	}
+}
+
+// TestDownstreamTLSIgnoredOnce: a TLS config shared by several chains is
+// listed once in Ignored, under the first chain using it.
+func TestDownstreamTLSIgnoredOnce(t *testing.T) {
+	d := mtlsContext()
+	d.CommonTlsContext.AlpnProtocols = []string{"h2"}
+	l := withTLS(d)
+	second := chain("b", &listenerpb.FilterChainMatch{SourcePorts: []uint32{1}})
+	second.TransportSocket = l.FilterChains[0].TransportSocket
+	l.FilterChains = append(l.FilterChains, second)
+	tbl, err := filterchain.Compile(l, filterchain.Options{CertProviderInstances: tlsInstances})
+	if err != nil {
+		t.Fatalf("Compile() failed: %v", err)
+	}
+	want := []string{`filter_chains[0] "a": transport_socket.typed_config.common_tls_context.alpn_protocols: a gRPC server always negotiates h2 (gRFC A29)`}
+	if diff := cmp.Diff(tbl.Ignored(), want); diff != "" {
+		t.Errorf("Ignored() (-got, +want):\n%s", diff)
 	}
 }
