@@ -23,6 +23,7 @@ import (
 
 	"github.com/proxyless-grpc/xds"
 	"github.com/proxyless-grpc/xds/bootstrap"
+	"github.com/proxyless-grpc/xds/filterchain"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 	"github.com/proxyless-grpc/xds/xdsclient"
 )
@@ -427,6 +428,59 @@ func TestServingModes_AddressMismatch(t *testing.T) {
 	s.modes.wait(ctx, t, addr, connectivity.ServingModeNotServing)
 	expectClosedNoBytes(t, addr, "127.0.0.1")
 	s.modes.expectNone(t, addr, defaultTestShortTimeout)
+}
+
+// TestServingModes_AnyPort checks the 2026 update of gRFC A36
+// (grpc/proposal#559): a Listener whose port is 0 serves instances on any
+// port, so that a control plane can send one Listener to servers whose
+// ports are assigned dynamically; its IP must still match. Two servers of
+// one bootstrap, whose template has no "%s" and so names one Listener for
+// both, listen on two ephemeral ports.
+func TestServingModes_AnyPort(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
+	const name = "grpc/server/dynamic-ports"
+	env := &testEnv{ms: ms, nodeID: "node-any-port", bootstrap: e2e.Bootstrap(t, e2e.BootstrapOptions{
+		ServerURIs:                         []string{ms.Address},
+		NodeID:                             "node-any-port",
+		ServerListenerResourceNameTemplate: name,
+	})}
+	s1, s2 := env.newServer(t), env.newServer(t)
+	lis1, _ := listen(t, "127.0.0.1")
+	lis2, _ := listen(t, "127.0.0.1")
+	s1.serveOn(lis1)
+	s2.serveOn(lis2)
+	anyPort := func(ip net.IP) *listenerpb.Listener {
+		l := listenerAt(lis1.Addr(), &net.TCPAddr{IP: ip, Port: 0}, []chainSpec{{name: "A"}}, nil)
+		l.Name = name
+		return l
+	}
+
+	env.update(ctx, t, []*listenerpb.Listener{anyPort(net.IPv4(127, 0, 0, 1))}, nil)
+	for _, st := range []struct {
+		s   *testServer
+		lis net.Listener
+	}{{s1, lis1}, {s2, lis2}} {
+		st.s.modes.wait(ctx, t, st.lis.Addr(), connectivity.ServingModeServing)
+		if got := newClient(t, st.lis.Addr(), "127.0.0.1", 0).emptyCall(ctx); got != codes.OK {
+			t.Errorf("EmptyCall to %v under a port-0 Listener: %v, want OK", st.lis.Addr(), got)
+		}
+	}
+
+	// Port 0 does not make the IP a wildcard.
+	env.update(ctx, t, []*listenerpb.Listener{anyPort(net.IPv4(127, 0, 0, 2))}, nil)
+	for _, st := range []struct {
+		s   *testServer
+		lis net.Listener
+	}{{s1, lis1}, {s2, lis2}} {
+		args := st.s.modes.wait(ctx, t, st.lis.Addr(), connectivity.ServingModeNotServing)
+		var me *filterchain.AddressMismatchError
+		if !errors.As(args.Err, &me) {
+			t.Errorf("NotServing error %v, want a *filterchain.AddressMismatchError", args.Err)
+		}
+		expectClosedNoBytes(t, st.lis.Addr(), "127.0.0.1")
+	}
 }
 
 // TestServingModes_DoesNotExist checks that a Listener the management

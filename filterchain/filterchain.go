@@ -64,11 +64,15 @@ func (t *Table) Address() netip.AddrPort { return t.address }
 
 // CheckAddress reports, with an *AddressMismatchError, that the Listener's
 // address is not the one the server listens on; the server must then stop
-// serving (gRFC A36, "xDS Protocol"). This is not a reason to NACK. Zones
-// are ignored and IPv4-mapped IPv6 addresses compare equal to IPv4 ones.
+// serving (gRFC A36, "xDS Protocol"). This is not a reason to NACK. A
+// Listener with port 0 matches the listening address on any port, so that
+// one Listener can serve instances whose ports are assigned dynamically; its
+// IP must still match (gRFC A36 as updated in 2026, grpc/proposal#559).
+// Zones are ignored and IPv4-mapped IPv6 addresses compare equal to IPv4
+// ones.
 func (t *Table) CheckAddress(listening netip.AddrPort) error {
-	want := netip.AddrPortFrom(listening.Addr().Unmap().WithZone(""), listening.Port())
-	if want != t.address {
+	ip := listening.Addr().Unmap().WithZone("")
+	if ip != t.address.Addr() || (t.address.Port() != 0 && t.address.Port() != listening.Port()) {
 		return &AddressMismatchError{Listener: t.address, Listening: listening}
 	}
 	return nil

@@ -332,10 +332,17 @@ func TestCheckAddress(t *testing.T) {
 	tests := []struct {
 		desc      string
 		lisAddr   string
+		anyPort   bool // the Listener's port is 0
 		listening string
 		wantErr   bool
 	}{
 		{desc: "same", lisAddr: "0.0.0.0", listening: "0.0.0.0:8080"},
+		// gRFC A36 (2026 update): port 0 matches any listening port; the IP
+		// must still match.
+		{desc: "port 0 matches any port", lisAddr: "127.0.0.1", anyPort: true, listening: "127.0.0.1:43210"},
+		{desc: "port 0, mapped listening address", lisAddr: "0.0.0.0", anyPort: true, listening: "[::ffff:0.0.0.0]:1"},
+		{desc: "port 0, other IP", lisAddr: "127.0.0.1", anyPort: true, listening: "127.0.0.2:43210", wantErr: true},
+		{desc: "port 0, other family", lisAddr: "0.0.0.0", anyPort: true, listening: "[::]:43210", wantErr: true},
 		{desc: "mapped listening address", lisAddr: "0.0.0.0", listening: "[::ffff:0.0.0.0]:8080"},
 		{desc: "mapped Listener address", lisAddr: "::ffff:127.0.0.1", listening: "127.0.0.1:8080"},
 		{desc: "other family", lisAddr: "0.0.0.0", listening: "[::]:8080", wantErr: true},
@@ -345,7 +352,11 @@ func TestCheckAddress(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
 			l := newListener()
-			l.Address = socketAddress(tc.lisAddr, 8080)
+			port := uint32(8080)
+			if tc.anyPort {
+				port = 0
+			}
+			l.Address = socketAddress(tc.lisAddr, port)
 			tbl := mustCompile(t, l)
 			err := tbl.CheckAddress(ap(tc.listening))
 			var me *filterchain.AddressMismatchError
