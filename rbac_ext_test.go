@@ -299,6 +299,43 @@ func TestRBAC_AuditLogger(t *testing.T) {
 	}
 }
 
+// TestRBAC_MalformedPathRefused: an RPC whose :path lacks the leading "/"
+// cannot side-step a DENY on the method (grpc-go v1.79.3): it is refused
+// with UNIMPLEMENTED before the RBAC filter runs, so the audit log records
+// no "allowed" decision for it, and the well-formed call is denied.
+func TestRBAC_MalformedPathRefused(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	sink := auditSink(t.Name())
+	cfg := rbacRules(rbacconfigpb.RBAC_DENY, map[string]*rbacconfigpb.Policy{"deny-empty": {
+		Permissions: []*rbacconfigpb.Permission{pathPermission(methodEmpty)},
+		Principals:  []*rbacconfigpb.Principal{anyPrincipal()},
+	}})
+	cfg.Rules.AuditLoggingOptions = auditTo(t, t.Name(), rbacconfigpb.RBAC_AuditLoggingOptions_ON_DENY_AND_ALLOW)
+	_, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
+		return rbacListener(t, a, cfg, allRoutes("r"), "")
+	}, nil)
+	c := newClient(t, addr, "127.0.0.1", 0)
+	for _, m := range []string{strings.TrimPrefix(methodEmpty, "/"), "/nomethod", "/"} {
+		err := c.ClientConn.Invoke(ctx, m, &testpb.Empty{}, &testpb.Empty{})
+		if got := status.Code(err); got != codes.Unimplemented {
+			t.Errorf("Invoke(%q): %v, want UNIMPLEMENTED", m, err)
+		}
+	}
+	if got := c.emptyCall(ctx); got != codes.PermissionDenied {
+		t.Errorf("EmptyCall: %v, want PERMISSION_DENIED", got)
+	}
+	select {
+	case got := <-sink:
+		if want := (audit.Event{FullMethodName: methodEmpty, PolicyName: rbacFilterName, MatchedRule: "deny-empty"}); got != want {
+			t.Errorf("first audit event: %+v, want %+v (malformed paths never reach RBAC)", got, want)
+		}
+	case <-ctx.Done():
+		t.Fatal("no audit event for EmptyCall")
+	}
+}
+
 // TestRBAC_AuthenticatedPrincipal: over mTLS (the user's own TLS
 // credentials), authenticated.principal_name matches the client
 // certificate's URI SAN; another identity is denied.

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -24,6 +25,13 @@ import (
 // by all RPCs, no allocation unless the RPC is refused (or a filter
 // allocates).
 func (cs *chainServer) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	// A :path that is not "/service/method" is refused before routing and
+	// RBAC see it, as gRPC refuses it after them: a DENY on a path must not
+	// be side-stepped by a malformed one (grpc-go v1.79.3), and routes and
+	// audit logs see only well-formed methods.
+	if !wellFormedMethod(info.FullMethodName) {
+		return ctx, status.Errorf(codes.Unimplemented, "xds: malformed method name %q", info.FullMethodName)
+	}
 	rt := cs.routes.load()
 	if rt.err != nil {
 		return ctx, status.Errorf(codes.Unavailable, "xds: filter chain %q: %v", cs.chain.Name, rt.err)
@@ -59,4 +67,11 @@ func (cs *chainServer) tap(ctx context.Context, info *tap.Info) (context.Context
 		return ctx, status.Errorf(codes.Unavailable, "xds: RouteConfiguration %q, virtual host %q, route %d %q: action is %v, not non_forwarding_action", rt.router.Name(), route.VirtualHost, route.Index, route.Name, route.Action)
 	}
 	return ctx, nil
+}
+
+// wellFormedMethod reports whether m is "/service/method", as gRPC's
+// server requires of :path to dispatch an RPC: a leading '/' and another
+// '/' after it.
+func wellFormedMethod(m string) bool {
+	return len(m) > 1 && m[0] == '/' && strings.LastIndexByte(m, '/') > 0
 }
