@@ -47,7 +47,11 @@ func buildRouteFilters(hcm *filterchain.HTTPConnectionManager, r *routing.Router
 	for _, rt := range routes {
 		var steps []httpfilter.Step
 		for _, in := range hcm.Filters {
-			if s := buildStep(memo, in, rt.FilterOverrides[in.Name], m); s != nil {
+			override := rt.FilterOverrides[in.Name]
+			if !in.Active(override) {
+				continue
+			}
+			if s := buildStep(memo, in, override, m); s != nil {
 				steps = append(steps, s)
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	rbacconfigpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -20,6 +21,7 @@ import (
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/proxyless-grpc/xds"
 	"github.com/proxyless-grpc/xds/audit"
@@ -432,5 +434,50 @@ func TestRBAC_DecisionMetrics(t *testing.T) {
 		if got != want {
 			t.Errorf("%s{decision=%s} = %d, want %d", metrics.RBACDecisions, decision, got, want)
 		}
+	}
+}
+
+// TestRBAC_FilterDisabledPerRoute: a FilterConfig with disabled set (Envoy)
+// turns a deny-all RBAC filter off on its route only, with or without a
+// config in it.
+func TestRBAC_FilterDisabledPerRoute(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	unary := nonForwarding(pathMatch(methodUnary))
+	unary.TypedPerFilterConfig = map[string]*anypb.Any{rbacFilterName: anyOf(t, &routepb.FilterConfig{Disabled: true})}
+	rc := routeConfig("r", []*routepb.Route{unary, nonForwarding(prefixMatch("/"))})
+	_, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
+		return rbacListener(t, a, allowMethods(), rc, "")
+	}, nil)
+	c := newClient(t, addr, "127.0.0.1", 0)
+	if got := c.unaryCall(ctx); got != codes.OK {
+		t.Errorf("UnaryCall where the filter is disabled: %v, want OK", got)
+	}
+	if got := c.emptyCall(ctx); got != codes.PermissionDenied {
+		t.Errorf("EmptyCall under the deny-all filter: %v, want PERMISSION_DENIED", got)
+	}
+}
+
+// TestRBAC_FilterDisabledByDefault: an http_filters entry with disabled set
+// (Envoy) runs only on routes whose typed_per_filter_config enables it.
+func TestRBAC_FilterDisabledByDefault(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	unary := nonForwarding(pathMatch(methodUnary))
+	unary.TypedPerFilterConfig = perRoute(t, &rbacpb.RBACPerRoute{Rbac: allowMethods()}) // deny all
+	rc := routeConfig("r", []*routepb.Route{unary, nonForwarding(prefixMatch("/"))})
+	_, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
+		l := rbacListener(t, a, allowMethods(), rc, "")
+		withHCM(func(_ *testing.T, h *hcmpb.HttpConnectionManager) { h.HttpFilters[0].Disabled = true })(t, l)
+		return l
+	}, nil)
+	c := newClient(t, addr, "127.0.0.1", 0)
+	if got := c.emptyCall(ctx); got != codes.OK {
+		t.Errorf("EmptyCall on a route that does not enable the filter: %v, want OK", got)
+	}
+	if got := c.unaryCall(ctx); got != codes.PermissionDenied {
+		t.Errorf("UnaryCall on the route enabling the deny-all filter: %v, want PERMISSION_DENIED", got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	xdstypepb "github.com/cncf/xds/go/xds/type/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	faultpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
+	luapb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
 	routerpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/proto"
@@ -77,7 +78,7 @@ func newTestParser() (*Parser, *int) {
 }
 
 func TestHTTPFilters(t *testing.T) {
-	unknown := mustAny(t, &faultpb.HTTPFault{})
+	unknown := mustAny(t, &luapb.Lua{})
 	tests := []struct {
 		desc      string
 		filters   func(t *testing.T) []*hcmpb.HttpFilter
@@ -99,7 +100,7 @@ func TestHTTPFilters(t *testing.T) {
 		{
 			desc: "unknown optional filter is skipped",
 			filters: func(t *testing.T) []*hcmpb.HttpFilter {
-				return []*hcmpb.HttpFilter{filter("fault", unknown, true), router(t)}
+				return []*hcmpb.HttpFilter{filter("lua", unknown, true), router(t)}
 			},
 			wantNames: []string{"router"},
 		},
@@ -141,9 +142,9 @@ func TestHTTPFilters(t *testing.T) {
 		{
 			desc: "unknown required filter",
 			filters: func(t *testing.T) []*hcmpb.HttpFilter {
-				return []*hcmpb.HttpFilter{filter("fault", unknown, false), router(t)}
+				return []*hcmpb.HttpFilter{filter("lua", unknown, false), router(t)}
 			},
-			wantErr: `http_filters[0] ("fault"): unsupported filter config type "type.googleapis.com/envoy.extensions.filters.http.fault.v3.HTTPFault"`,
+			wantErr: `http_filters[0] ("lua"): unsupported filter config type "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"`,
 		},
 		{
 			desc: "router not last",
@@ -162,7 +163,7 @@ func TestHTTPFilters(t *testing.T) {
 		{
 			desc: "router after a skipped optional filter is still last",
 			filters: func(t *testing.T) []*hcmpb.HttpFilter {
-				return []*hcmpb.HttpFilter{router(t), filter("fault", unknown, true)}
+				return []*hcmpb.HttpFilter{router(t), filter("lua", unknown, true)}
 			},
 			wantNames: []string{"router"},
 		},
@@ -248,6 +249,7 @@ func TestParserMemoizesIdenticalConfigs(t *testing.T) {
 
 func TestOverrides(t *testing.T) {
 	fault := mustAny(t, &faultpb.HTTPFault{})
+	unknown := mustAny(t, &luapb.LuaPerRoute{})
 	wrap := func(a *anypb.Any, optional bool) *anypb.Any {
 		return mustAny(t, &routepb.FilterConfig{Config: a, IsOptional: optional})
 	}
@@ -270,18 +272,25 @@ func TestOverrides(t *testing.T) {
 		},
 		{
 			desc: "unknown optional override is skipped",
-			in:   map[string]*anypb.Any{"fault": wrap(fault, true)},
+			in:   map[string]*anypb.Any{"x": wrap(unknown, true)},
 			want: nil,
 		},
 		{
 			desc:    "unknown required override",
-			in:      map[string]*anypb.Any{"fault": fault},
-			wantErr: `typed_per_filter_config["fault"]: unsupported filter override config type`,
+			in:      map[string]*anypb.Any{"x": unknown},
+			wantErr: `typed_per_filter_config["x"]: unsupported filter override config type`,
 		},
 		{
 			desc:    "unknown override in FilterConfig without is_optional",
-			in:      map[string]*anypb.Any{"fault": wrap(fault, false)},
-			wantErr: `typed_per_filter_config["fault"]: unsupported filter override config type`,
+			in:      map[string]*anypb.Any{"x": wrap(unknown, false)},
+			wantErr: `typed_per_filter_config["x"]: unsupported filter override config type`,
+		},
+		{
+			// gRFC A39: a RouteConfiguration may be shared with gRPC
+			// clients, whose fault injection filter (A33) a server lacks.
+			desc: "override of a client-only filter is ignored",
+			in:   map[string]*anypb.Any{"fault": fault, "fault2": wrap(fault, false)},
+			want: nil,
 		},
 		{
 			desc:    "top-level type given as override to a filter that takes another type",
@@ -289,9 +298,13 @@ func TestOverrides(t *testing.T) {
 			wantErr: `typed_per_filter_config["r"]: the router filter does not take per-route overrides`,
 		},
 		{
-			desc:    "FilterConfig disabled",
-			in:      map[string]*anypb.Any{"a": mustAny(t, &routepb.FilterConfig{Config: mustAny(t, wrapperspb.UInt32(1)), Disabled: true})},
-			wantErr: `typed_per_filter_config["a"]: FilterConfig.disabled is not supported`,
+			desc: "FilterConfig disabled, with or without a config",
+			in: map[string]*anypb.Any{
+				"a": mustAny(t, &routepb.FilterConfig{Config: mustAny(t, wrapperspb.UInt32(1)), Disabled: true}),
+				"b": mustAny(t, &routepb.FilterConfig{Disabled: true}),
+				"c": mustAny(t, &routepb.FilterConfig{Config: unknown, Disabled: true}),
+			},
+			want: map[string]Config{"a": Disabled, "b": Disabled, "c": Disabled},
 		},
 	}
 	for _, tc := range tests {
@@ -339,5 +352,35 @@ func TestOverrideInTypedStructMustFitType(t *testing.T) {
 	})}
 	if _, err := p.Overrides(in); err == nil || !strings.Contains(err.Error(), "TypedStruct value is not a valid google.protobuf.UInt32Value") {
 		t.Fatalf("Overrides() error = %v, want a TypedStruct decoding error", err)
+	}
+}
+
+// TestInstanceActive: whether a filter instance runs on a route, given the
+// entry's disabled field and the route's override (Envoy's semantics of
+// HttpFilter.disabled and FilterConfig.disabled).
+func TestInstanceActive(t *testing.T) {
+	filt := Instance{Name: "a", Filter: testFilter{}}
+	off := Instance{Name: "a", Filter: testFilter{}, DisabledByDefault: true}
+	term := Instance{Name: "r", Filter: Router{}, DisabledByDefault: true}
+	tests := []struct {
+		desc     string
+		in       Instance
+		override Config
+		want     bool
+	}{
+		{desc: "enabled, no override", in: filt, want: true},
+		{desc: "enabled, override", in: filt, override: uint32(1), want: true},
+		{desc: "enabled, disabled here", in: filt, override: Disabled, want: false},
+		{desc: "disabled by default, no override", in: off, want: false},
+		{desc: "disabled by default, enabled by an override", in: off, override: uint32(1), want: true},
+		{desc: "disabled by default, disabled here", in: off, override: Disabled, want: false},
+		{desc: "the router cannot be disabled", in: term, override: Disabled, want: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.desc, func(t *testing.T) {
+			if got := tc.in.Active(tc.override); got != tc.want {
+				t.Errorf("Active(%v) = %v, want %v", tc.override, got, tc.want)
+			}
+		})
 	}
 }

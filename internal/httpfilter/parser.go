@@ -17,6 +17,42 @@ type Instance struct {
 	Filter Filter
 	// Config is the parsed top-level config.
 	Config Config
+	// DisabledByDefault is the entry's disabled field (Envoy): the filter
+	// runs only on routes whose typed_per_filter_config has an entry for it
+	// that does not disable it.
+	DisabledByDefault bool
+}
+
+// Disabled is the override of a typed_per_filter_config entry that is a
+// FilterConfig with disabled set (Envoy): the filter instance does nothing
+// on that virtual host or route. Its config, if any, is not parsed.
+var Disabled Config = disabledOverride{}
+
+type disabledOverride struct{}
+
+// Active reports whether instance in has work on a route whose override for
+// it is override (nil: none): not when the override disables it, nor when
+// it is disabled by default and the route has no override enabling it. The
+// terminal filter (the router) is always active: routing cannot be turned
+// off.
+func (in Instance) Active(override Config) bool {
+	if in.Filter.IsTerminal() {
+		return true
+	}
+	if override == Disabled {
+		return false
+	}
+	return !in.DisabledByDefault || override != nil
+}
+
+// clientOnlyOverrides are the override config types of gRPC's client-side
+// HTTP filters (fault injection, gRFC A33; stateful session affinity, gRFC
+// A55) that no server filter parses. gRFC A39: a RouteConfiguration may be
+// shared by clients and servers, so an entry of a filter that runs only on
+// the other side is not a validation failure; a server ignores it.
+var clientOnlyOverrides = map[string]bool{
+	"envoy.extensions.filters.http.fault.v3.HTTPFault":                          true,
+	"envoy.extensions.filters.http.stateful_session.v3.StatefulSessionPerRoute": true,
 }
 
 // Parser validates filter lists and overrides against a registry. It
@@ -89,7 +125,7 @@ func (p *Parser) HTTPFilters(filters []*hcmpb.HttpFilter) ([]Instance, error) {
 		if err != nil {
 			return nil, fmt.Errorf("http_filters[%d] (%q): %w", i, name, err)
 		}
-		out = append(out, Instance{Name: name, Filter: f, Config: cfg})
+		out = append(out, Instance{Name: name, Filter: f, Config: cfg, DisabledByDefault: hf.GetDisabled()})
 	}
 	for i, in := range out {
 		last := i == len(out)-1
@@ -138,7 +174,9 @@ func (p *Parser) override(a *anypb.Any) (Config, bool, error) {
 			return nil, false, fmt.Errorf("malformed FilterConfig: %w", err)
 		}
 		if fc.GetDisabled() {
-			return nil, false, fmt.Errorf("FilterConfig.disabled is not supported")
+			// Envoy: the filter is disabled here and the config is
+			// ignored (it may be absent).
+			return Disabled, true, nil
 		}
 		optional = fc.GetIsOptional()
 		a = fc.GetConfig()
@@ -149,7 +187,7 @@ func (p *Parser) override(a *anypb.Any) (Config, bool, error) {
 	}
 	f := p.reg.lookup(raw.TypeURL, true)
 	if f == nil {
-		if optional {
+		if optional || clientOnlyOverrides[typeName(raw.TypeURL)] {
 			return nil, false, nil
 		}
 		return nil, false, fmt.Errorf("unsupported filter override config type %q", raw.TypeURL)
