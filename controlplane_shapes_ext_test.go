@@ -1,10 +1,16 @@
 package xds_test
 
-// End-to-end tests with the TLS shapes istiod's proxyless generator sends
-// (pilot/pkg/networking/grpcgen): the bootstrap istio-agent writes has one
-// file_watcher instance "default" with the workload's certificate, key and
-// mesh root; a STRICT Listener names it in both the current and the
-// deprecated certificate-provider fields.
+// End-to-end tests with the resource shapes real control planes send.
+//
+// istiod's proxyless generator (pilot/pkg/networking/grpcgen): the bootstrap
+// istio-agent writes has one file_watcher instance "default" with the
+// workload's certificate, key and mesh root; a STRICT Listener names it in
+// both the current and the deprecated certificate-provider fields.
+//
+// Traffic Director and go-control-plane based control planes: the server
+// Listener of grpc-go's e2e helpers (DefaultServerListener), two wildcard
+// chains restricted to SAME_IP_OR_LOOPBACK sources, whose TLS names its
+// instances in the deprecated fields only.
 
 import (
 	"context"
@@ -14,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tlspb "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/grpc"
@@ -142,4 +149,61 @@ func TestIstiodDisableToStrict(t *testing.T) {
 			t.Errorf("the server NACKed a Listener: %v", r.GetErrorDetail().GetMessage())
 		}
 	}
+}
+
+// trafficDirectorListener is the shape of grpc-go's e2e DefaultServerListener
+// for an mTLS server: chains "v4-wildcard" and "v6-wildcard" matching
+// 0.0.0.0/0 and ::/0 from SAME_IP_OR_LOOPBACK sources, an HttpConnectionManager
+// named "filter-1" with an inline route_config, and a DownstreamTlsContext
+// that names the certificate provider instance only in the deprecated
+// tls_certificate_certificate_provider_instance and (standalone)
+// validation_context_certificate_provider_instance.
+func trafficDirectorListener(t *testing.T, addr net.Addr, instance string) *listenerpb.Listener {
+	t.Helper()
+	d := &tlspb.DownstreamTlsContext{
+		RequireClientCertificate: wrapperspb.Bool(true),
+		CommonTlsContext: &tlspb.CommonTlsContext{
+			TlsCertificateCertificateProviderInstance: &tlspb.CommonTlsContext_CertificateProviderInstance{InstanceName: instance},
+			ValidationContextType: &tlspb.CommonTlsContext_ValidationContextCertificateProviderInstance{
+				ValidationContextCertificateProviderInstance: &tlspb.CommonTlsContext_CertificateProviderInstance{InstanceName: instance},
+			},
+		},
+	}
+	l := simpleListener(addr)
+	tmpl := l.FilterChains[0]
+	tmpl.Filters[0].Name = "filter-1"
+	l.FilterChains = nil
+	for _, c := range []struct{ name, prefix string }{{"v4-wildcard", "0.0.0.0"}, {"v6-wildcard", "::"}} {
+		fc := &listenerpb.FilterChain{
+			Name:    c.name,
+			Filters: tmpl.Filters,
+			FilterChainMatch: &listenerpb.FilterChainMatch{
+				PrefixRanges:       []*corepb.CidrRange{{AddressPrefix: c.prefix, PrefixLen: wrapperspb.UInt32(0)}},
+				SourceType:         listenerpb.FilterChainMatch_SAME_IP_OR_LOOPBACK,
+				SourcePrefixRanges: []*corepb.CidrRange{{AddressPrefix: c.prefix, PrefixLen: wrapperspb.UInt32(0)}},
+			},
+		}
+		l.FilterChains = append(l.FilterChains, fc)
+		withTransportSocket(t, l, c.name, d)
+	}
+	return l
+}
+
+// TestTrafficDirectorMTLS: the Listener shape of Traffic Director and
+// go-control-plane based control planes (grpc-go's e2e helpers), whose TLS
+// uses only the deprecated certificate-provider fields, serves mTLS.
+func TestTrafficDirectorMTLS(t *testing.T) {
+	ctx := testContext(t)
+	pki := newTestPKI(t)
+	env := newIstioTestEnv(t, pki) // one instance with identity and roots
+	lis, _ := listen(t, "127.0.0.1")
+	_, addr := startTLSServerOn(ctx, t, env, lis, func(a net.Addr) *listenerpb.Listener {
+		return trafficDirectorListener(t, a, "default")
+	})
+	client := pki.ca.Issue(t, testcerts.LeafOptions{CommonName: "client"})
+	if code := newClient(t, addr, "127.0.0.1", 0, tlsClientCreds(pki.ca.Pool, client)).emptyCall(ctx); code != codes.OK {
+		t.Fatalf("mTLS EmptyCall: %v, want OK", code)
+	}
+	dialFails(ctx, t, addr, "127.0.0.1", tlsClientCreds(pki.ca.Pool, nil))
+	dialFails(ctx, t, addr, "127.0.0.1", grpc.WithTransportCredentials(insecure.NewCredentials()))
 }
