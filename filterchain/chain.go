@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"strings"
 
-	udpatypepb "github.com/cncf/xds/go/udpa/type/v1"
-	xdstypepb "github.com/cncf/xds/go/xds/type/v3"
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -17,18 +15,16 @@ import (
 	tlspb "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/routing"
+	"github.com/proxyless-grpc/xds/internal/typedconfig"
 )
 
 // Type names (type URLs without their prefix) this file recognizes.
 const (
 	hcmTypeName           = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 	downstreamTLSTypeName = "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
-	typedStructV1TypeName = "udpa.type.v1.TypedStruct"
-	typedStructV3TypeName = "xds.type.v3.TypedStruct"
 	tlsTransportSocket    = "envoy.transport_sockets.tls"
 )
 
@@ -225,12 +221,12 @@ func (c *chainCompiler) networkFilter(f *listenerpb.Filter, seenHCM bool) (*HTTP
 	e := c.config(a)
 	if e.hcm == nil {
 		// gRFC A36, "xDS Protocol": the type of a TypedStruct is its type_url.
-		raw, err := unwrapTypedStruct(a)
+		raw, err := typedconfig.Unwrap(a)
 		if err != nil {
 			return nil, nil, inField("typed_config", err)
 		}
-		if !isType(raw.TypeURL, hcmTypeName) {
-			return nil, nil, fieldErrorf("typed_config", "unsupported network filter type %q, want only an HttpConnectionManager", typeName(raw.TypeURL))
+		if !typedconfig.Is(raw.TypeURL, hcmTypeName) {
+			return nil, nil, fieldErrorf("typed_config", "unsupported network filter type %q, want only an HttpConnectionManager", typedconfig.Name(raw.TypeURL))
 		}
 		r := &hcmResult{}
 		r.hcm, r.err = c.decodeHCM(raw)
@@ -244,46 +240,6 @@ func (c *chainCompiler) networkFilter(f *listenerpb.Filter, seenHCM bool) (*HTTP
 		return nil, nil, inField("typed_config", r.err)
 	}
 	return r.hcm, e, nil
-}
-
-// typeName strips a type URL's prefix: everything up to the last '/'.
-func typeName(url string) string { return url[strings.LastIndexByte(url, '/')+1:] }
-
-// isType reports whether typeName(url) == name, for a name without '/',
-// without searching the URL.
-func isType(url, name string) bool {
-	n := len(url) - len(name)
-	return strings.HasSuffix(url, name) && (n == 0 || url[n-1] == '/')
-}
-
-// unwrapTypedStruct looks through a udpa.type.v1 or xds.type.v3 TypedStruct.
-func unwrapTypedStruct(a *anypb.Any) (httpfilter.RawConfig, error) {
-	var ts interface {
-		proto.Message
-		GetTypeUrl() string
-	}
-	switch url := a.GetTypeUrl(); {
-	case isType(url, typedStructV1TypeName):
-		ts = &udpatypepb.TypedStruct{}
-	case isType(url, typedStructV3TypeName):
-		ts = &xdstypepb.TypedStruct{}
-	default:
-		return httpfilter.RawConfig{TypeURL: a.GetTypeUrl(), Any: a}, nil
-	}
-	if err := proto.Unmarshal(a.GetValue(), ts); err != nil {
-		return httpfilter.RawConfig{}, fmt.Errorf("malformed %s: %v", typeName(a.GetTypeUrl()), err)
-	}
-	raw := httpfilter.RawConfig{TypeURL: ts.GetTypeUrl()}
-	switch ts := ts.(type) {
-	case *udpatypepb.TypedStruct:
-		raw.Struct = ts.GetValue()
-	case *xdstypepb.TypedStruct:
-		raw.Struct = ts.GetValue()
-	}
-	if raw.Struct == nil {
-		raw.Struct = &structpb.Struct{}
-	}
-	return raw, nil
 }
 
 // decodeHCM decodes and validates an HttpConnectionManager config.
@@ -373,7 +329,7 @@ func (c *chainCompiler) transportSocket(ref chainRef, ts *corepb.TransportSocket
 	if a == nil {
 		return nil, nil, nil, fieldErrorf("typed_config", "is missing, want a DownstreamTlsContext")
 	}
-	if !isType(a.GetTypeUrl(), downstreamTLSTypeName) {
+	if !typedconfig.Is(a.GetTypeUrl(), downstreamTLSTypeName) {
 		return nil, nil, nil, fieldErrorf("typed_config", "has type %q, want %q", a.GetTypeUrl(), downstreamTLSTypeName)
 	}
 	e := c.config(a)

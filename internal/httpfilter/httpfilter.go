@@ -15,23 +15,16 @@ package httpfilter
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 
-	udpatypepb "github.com/cncf/xds/go/udpa/type/v1"
-	xdstypepb "github.com/cncf/xds/go/xds/type/v3"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/proxyless-grpc/xds/internal/typedconfig"
 )
 
-// Type URLs of the wrappers this package unwraps.
-const (
-	typedStructV1URL = "type.googleapis.com/udpa.type.v1.TypedStruct"
-	typedStructV3URL = "type.googleapis.com/xds.type.v3.TypedStruct"
-	filterConfigURL  = "type.googleapis.com/envoy.config.route.v3.FilterConfig"
-)
+// filterConfigURL is the type of the per-route wrapper this package looks
+// through.
+const filterConfigURL = "type.googleapis.com/envoy.config.route.v3.FilterConfig"
 
 // Config is a parsed and validated filter config, top-level or override. It
 // is immutable; its concrete type is the filter's own.
@@ -67,78 +60,16 @@ type Filter interface {
 }
 
 // RawConfig is a filter config as found in an xDS resource, with the
-// FilterConfig and TypedStruct wrappers looked through.
-type RawConfig struct {
-	// TypeURL is the config's type: the Any's type URL, or the type_url inside
-	// a TypedStruct.
-	TypeURL string
-	// Any is the value: a message of TypeURL, or nil when Struct is set.
-	Any *anypb.Any
-	// Struct is the TypedStruct's value when the config came in one.
-	Struct *structpb.Struct
-}
+// FilterConfig and TypedStruct wrappers looked through; UnmarshalTo decodes
+// it (a TypedStruct through its JSON form, as Envoy does).
+type RawConfig = typedconfig.Config
 
-// UnmarshalTo decodes the config into m, whose type must be TypeURL's. A
-// TypedStruct value is converted through its JSON form, as Envoy does.
-func (r RawConfig) UnmarshalTo(m proto.Message) error {
-	if want := "type.googleapis.com/" + string(m.ProtoReflect().Descriptor().FullName()); typeName(r.TypeURL) != typeName(want) {
-		return fmt.Errorf("config has type %q, want %q", r.TypeURL, want)
-	}
-	if r.Struct != nil {
-		js, err := protojson.Marshal(r.Struct)
-		if err != nil {
-			return fmt.Errorf("TypedStruct value: %w", err)
-		}
-		if err := protojson.Unmarshal(js, m); err != nil {
-			return fmt.Errorf("TypedStruct value is not a valid %s: %w", typeName(r.TypeURL), err)
-		}
-		return nil
-	}
-	if r.Any == nil {
-		return fmt.Errorf("config of type %q is empty", r.TypeURL)
-	}
-	if err := proto.Unmarshal(r.Any.GetValue(), m); err != nil {
-		return fmt.Errorf("malformed %s: %w", typeName(r.TypeURL), err)
-	}
-	return nil
-}
-
-// typeName strips the type URL prefix: everything up to the last '/'.
-func typeName(url string) string {
-	for i := len(url) - 1; i >= 0; i-- {
-		if url[i] == '/' {
-			return url[i+1:]
-		}
-	}
-	return url
-}
-
-// unwrap looks through TypedStruct wrappers (udpa v1 and xds v3).
+// unwrap looks through a TypedStruct wrapper; a missing config is an error.
 func unwrap(a *anypb.Any) (RawConfig, error) {
 	if a == nil {
 		return RawConfig{}, errors.New("config is missing")
 	}
-	var ts interface {
-		proto.Message
-		GetTypeUrl() string
-		GetValue() *structpb.Struct
-	}
-	switch typeName(a.GetTypeUrl()) {
-	case typeName(typedStructV1URL):
-		ts = &udpatypepb.TypedStruct{}
-	case typeName(typedStructV3URL):
-		ts = &xdstypepb.TypedStruct{}
-	default:
-		return RawConfig{TypeURL: a.GetTypeUrl(), Any: a}, nil
-	}
-	if err := proto.Unmarshal(a.GetValue(), ts); err != nil {
-		return RawConfig{}, fmt.Errorf("malformed %s: %w", typeName(a.GetTypeUrl()), err)
-	}
-	s := ts.GetValue()
-	if s == nil {
-		s = &structpb.Struct{}
-	}
-	return RawConfig{TypeURL: ts.GetTypeUrl(), Struct: s}, nil
+	return typedconfig.Unwrap(a)
 }
 
 // Registry maps config type URLs to filters. The zero value is empty; use
@@ -164,10 +95,10 @@ func (r *Registry) Register(f Filter) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, u := range f.ConfigTypeURLs() {
-		r.configs[typeName(u)] = f
+		r.configs[typedconfig.Name(u)] = f
 	}
 	for _, u := range f.OverrideTypeURLs() {
-		r.overrides[typeName(u)] = f
+		r.overrides[typedconfig.Name(u)] = f
 	}
 }
 
@@ -177,13 +108,13 @@ func (r *Registry) lookup(typeURL string, override bool) Filter {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if override {
-		if f, ok := r.overrides[typeName(typeURL)]; ok {
+		if f, ok := r.overrides[typedconfig.Name(typeURL)]; ok {
 			return f
 		}
 		// A filter may accept its top-level type as an override; its
 		// ParseOverride decides (gRFC A39).
 	}
-	return r.configs[typeName(typeURL)]
+	return r.configs[typedconfig.Name(typeURL)]
 }
 
 // Default is the registry used when none is given. It holds the router.

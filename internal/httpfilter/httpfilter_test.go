@@ -332,16 +332,6 @@ func TestOverrides(t *testing.T) {
 	}
 }
 
-func TestUnmarshalToChecksType(t *testing.T) {
-	raw := RawConfig{TypeURL: RouterTypeURL, Any: mustAny(t, &routerpb.Router{})}
-	if err := raw.UnmarshalTo(&wrapperspb.StringValue{}); err == nil || !strings.Contains(err.Error(), "want") {
-		t.Fatalf("UnmarshalTo(wrong type) error = %v, want a type mismatch", err)
-	}
-	if err := raw.UnmarshalTo(&routerpb.Router{}); err != nil {
-		t.Fatalf("UnmarshalTo(right type) error = %v", err)
-	}
-}
-
 func TestOverrideInTypedStructMustFitType(t *testing.T) {
 	// google.protobuf.UInt32Value's JSON form is a bare number, so no Struct
 	// can hold it: the override must be rejected with a clear reason.

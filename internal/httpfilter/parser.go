@@ -7,6 +7,8 @@ import (
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/proxyless-grpc/xds/internal/typedconfig"
 )
 
 // Instance is one validated entry of an HttpConnectionManager's http_filters.
@@ -168,7 +170,7 @@ func (p *Parser) Overrides(m map[string]*anypb.Any) (map[string]Config, error) {
 
 func (p *Parser) override(a *anypb.Any) (Config, bool, error) {
 	optional := false
-	if a != nil && typeName(a.GetTypeUrl()) == typeName(filterConfigURL) {
+	if a != nil && typedconfig.Name(a.GetTypeUrl()) == typedconfig.Name(filterConfigURL) {
 		fc := &routepb.FilterConfig{}
 		if err := proto.Unmarshal(a.GetValue(), fc); err != nil {
 			return nil, false, fmt.Errorf("malformed FilterConfig: %w", err)
@@ -187,7 +189,7 @@ func (p *Parser) override(a *anypb.Any) (Config, bool, error) {
 	}
 	f := p.reg.lookup(raw.TypeURL, true)
 	if f == nil {
-		if optional || clientOnlyOverrides[typeName(raw.TypeURL)] {
+		if optional || clientOnlyOverrides[typedconfig.Name(raw.TypeURL)] {
 			return nil, false, nil
 		}
 		return nil, false, fmt.Errorf("unsupported filter override config type %q", raw.TypeURL)
@@ -212,7 +214,7 @@ func (p *Parser) parse(f Filter, raw RawConfig, override bool) (Config, error) {
 	}
 	// The lookup converts value without copying it; only a miss stores a
 	// copy. (Most lookups hit: a large Listener repeats a few configs.)
-	if cfg, ok := p.memo[memoKey{override, raw.Struct != nil, typeName(raw.TypeURL), string(value)}]; ok {
+	if cfg, ok := p.memo[memoKey{override, raw.Struct != nil, typedconfig.Name(raw.TypeURL), string(value)}]; ok {
 		return cfg, nil
 	}
 	var cfg Config
@@ -225,6 +227,6 @@ func (p *Parser) parse(f Filter, raw RawConfig, override bool) (Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.memo[memoKey{override, raw.Struct != nil, typeName(raw.TypeURL), string(value)}] = cfg
+	p.memo[memoKey{override, raw.Struct != nil, typedconfig.Name(raw.TypeURL), string(value)}] = cfg
 	return cfg, nil
 }
