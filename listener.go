@@ -481,7 +481,9 @@ func (lw *listenerWrapper) close(graceful bool) {
 	}
 	lw.lis.Close()
 	<-lw.serveDone
-	lw.cancelLDS() // returns once no Listener callback runs
+	// cancelLDS never waits: a Listener callback still running only
+	// schedules onto lw.ser, which skips it once closed.
+	lw.cancelLDS()
 	lw.ser.TrySchedule(func(context.Context) {
 		for name, st := range lw.rds {
 			delete(lw.rds, name)

@@ -122,11 +122,10 @@ type Client struct {
 	nodeID  string            // immutable
 	metrics *clientMetrics    // immutable; nil without a MeterProvider
 
-	serializer    *syncutil.CallbackSerializer // immutable; owns the state below
-	serializerGID uint64                       // immutable after New: the serializer's goroutine
-	closed        *syncutil.Event              // fired by Close
-	closeDone     chan struct{}                // closed when the first Close has stopped the channels
-	chanWG        sync.WaitGroup               // one per xdsChannel goroutine
+	serializer *syncutil.CallbackSerializer // immutable; owns the state below
+	closed     *syncutil.Event              // fired by Shutdown
+	shutDown   chan struct{}                // closed when Shutdown's work on the serializer is done
+	chanWG     sync.WaitGroup               // one per xdsChannel goroutine
 
 	// Only touched on the serializer:
 	types       map[string]*ResourceType // by TypeURL
@@ -159,7 +158,7 @@ func New(cfg *bootstrap.Config, opts Options) (*Client, error) {
 		nodeID:      cfg.Node.GetId(),
 		serializer:  syncutil.NewCallbackSerializer(),
 		closed:      syncutil.NewEvent(),
-		closeDone:   make(chan struct{}),
+		shutDown:    make(chan struct{}),
 		types:       make(map[string]*ResourceType),
 		authorities: make(map[string]*authority),
 		channels:    make(map[string]*xdsChannel),
@@ -172,9 +171,6 @@ func New(cfg *bootstrap.Config, opts Options) (*Client, error) {
 		}
 	}
 	c.defaultAuth = newAuthority("", cfg.XDSServers)
-	gid := make(chan uint64, 1)
-	c.serializer.TrySchedule(func(context.Context) { gid <- goroutineID() })
-	c.serializerGID = <-gid
 	c.metrics = newClientMetrics(c, opts.MeterProvider, opts.Scope)
 	registerClient(c)
 	return c, nil
@@ -200,31 +196,16 @@ func (c *Client) BootstrapConfig() *bootstrap.Config { return c.cfg }
 // client_scope of its CSDS dump (gRFC A71).
 func (c *Client) Scope() string { return c.opts.Scope }
 
-// onSerializer reports whether the caller runs on the client's serializer
-// goroutine (inside a watcher callback, for instance).
-func (c *Client) onSerializer() bool { return goroutineID() == c.serializerGID }
-
-// Close stops the client: it closes every ADS stream and connection, stops
-// every timer and waits until every goroutine of the client has exited. No
-// watcher callback starts after Close returns. Calling Close more than once
-// is harmless.
-//
-// Called from a watcher callback, Close cannot wait for the serializer (the
-// caller runs on it): it then returns once the connections are closed, and
-// the serializer goroutine exits when the callback returns.
-func (c *Client) Close() {
+// Shutdown stops the client without waiting: it closes every ADS stream
+// and connection and stops every timer, on the client's serializer. No
+// watcher callback starts once Shutdown has returned. It never blocks, so
+// it may be called from a watcher callback; Close, which also waits for the
+// client's goroutines, may not. Calling it more than once is harmless.
+func (c *Client) Shutdown() {
 	if !c.closed.Fire() {
-		// Another Close runs or ran: wait for it rather than for the
-		// WaitGroup, whose Adds it orders.
-		<-c.closeDone
-		if !c.onSerializer() {
-			<-c.serializer.Done()
-		}
 		return
 	}
 	unregisterClient(c)
-	c.metrics.close()
-	done := make(chan struct{})
 	shutdown := func(context.Context) {
 		for _, ch := range c.channels {
 			ch.close()
@@ -233,21 +214,51 @@ func (c *Client) Close() {
 		for _, a := range c.allAuthorities() {
 			a.stopTimers()
 		}
-		close(done)
+		close(c.shutDown)
 	}
-	if c.onSerializer() {
-		shutdown(nil)
-	} else if !c.serializer.TrySchedule(shutdown) {
-		close(done)
+	if !c.serializer.TrySchedule(shutdown) {
+		close(c.shutDown) // cannot happen: only Shutdown closes the serializer
 	}
-	<-done
 	c.serializer.Close()
-	// Every chanWG.Add ran on the serializer before shutdown, so this Wait
-	// cannot race with an Add.
+}
+
+// Close stops the client as Shutdown does and waits until every goroutine
+// of the client has exited: no watcher callback runs after Close returns.
+// It must not be called from a watcher callback, whose return it would wait
+// for; call Shutdown there. Calling Close more than once, or concurrently,
+// is harmless; each call waits.
+func (c *Client) Close() {
+	c.Shutdown()
+	<-c.shutDown
+	// Every chanWG.Add ran on the serializer before the shutdown callback,
+	// so this Wait cannot race with an Add.
 	c.chanWG.Wait()
-	close(c.closeDone)
-	if !c.onSerializer() {
-		<-c.serializer.Done()
+	<-c.serializer.Done()
+	c.metrics.close()
+}
+
+// WaitCallbacks waits until every watcher callback that is running or
+// queued when it is called has returned, or ctx ends. With a cancel, which
+// never waits, it tells a watcher's owner that none of its callbacks runs
+// any more:
+//
+//	cancel()
+//	c.WaitCallbacks(ctx) // a callback running during cancel has returned
+//
+// It must not be called from a watcher callback (it would wait for its own
+// caller until ctx ends). It returns ctx's error if ctx ends first, and nil
+// at once for a closed client.
+func (c *Client) WaitCallbacks(ctx context.Context) error {
+	ran := make(chan struct{})
+	done := (<-chan struct{})(ran)
+	if !c.serializer.TrySchedule(func(context.Context) { close(ran) }) {
+		done = c.serializer.Done()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("xdsclient: waiting for watcher callbacks: %w", ctx.Err())
 	}
 }
 
@@ -260,11 +271,11 @@ func (c *Client) Close() {
 // as an AmbientError) at once; if it is known not to exist, w gets a
 // ResourceError at once. Otherwise the client subscribes to it.
 //
-// cancel is idempotent. Once it returns, no callback of w starts. Called
-// from another goroutine while a callback of w runs, it waits for that
-// callback to return; called from inside a callback it does not wait (and
-// does not deadlock). Cancelling the last watcher of a resource unsubscribes
-// from it. Watches of a closed client get no callback.
+// cancel is idempotent and never blocks: it may be called from inside a
+// callback. Once it returns, no callback of w starts; one that was already
+// running may still be running (WaitCallbacks waits for it). Cancelling the
+// last watcher of a resource unsubscribes from it. Watches of a closed
+// client get no callback.
 func (c *Client) WatchResource(rt *ResourceType, name string, w ResourceWatcher) (cancel func()) {
 	e := &watcherEntry{c: c, w: w}
 	c.serializer.TrySchedule(func(context.Context) { c.handleWatch(rt, name, e) })

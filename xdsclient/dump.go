@@ -93,16 +93,13 @@ type ResourceDump struct {
 
 // Dump returns the state of every watched resource, sorted by type URL and
 // name. The values are copies; Raw is shared and must not be modified. A
-// closed client dumps nothing. Dump may be called from a watcher callback.
+// closed client dumps nothing. Dump reads the cache on the client's
+// serializer, so it waits for a running watcher callback and must not be
+// called from one.
 func (c *Client) Dump() []ResourceDump {
 	var out []ResourceDump
-	collect := func(context.Context) { out = c.dumpResources() }
-	if c.onSerializer() {
-		collect(nil)
-		return out
-	}
 	done := make(chan struct{})
-	if !c.serializer.TrySchedule(func(ctx context.Context) { collect(ctx); close(done) }) {
+	if !c.serializer.TrySchedule(func(context.Context) { out = c.dumpResources(); close(done) }) {
 		return nil
 	}
 	<-done

@@ -147,22 +147,17 @@ func (c *Client) observe(ctx context.Context, o metric.Observer, m *clientMetric
 			}
 		}
 	}
-	if c.onSerializer() {
-		snapshot(ctx)
-	} else {
-		done := make(chan struct{})
-		if !c.serializer.TrySchedule(func(ctx context.Context) { snapshot(ctx); close(done) }) {
-			return nil
-		}
-		select {
-		case <-done:
-		case <-c.closed.Done():
-			// Close may run on the serializer and wait in Unregister for
-			// this collection to end.
-			return nil
-		case <-ctx.Done():
-			return fmt.Errorf("xdsclient: collecting metrics: %w", ctx.Err())
-		}
+	done := make(chan struct{})
+	if !c.serializer.TrySchedule(func(ctx context.Context) { snapshot(ctx); close(done) }) {
+		return nil
+	}
+	select {
+	case <-done:
+	case <-c.closed.Done():
+		// Close waits in Unregister for this collection to end.
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("xdsclient: collecting metrics: %w", ctx.Err())
 	}
 	for _, p := range chans {
 		v := int64(0)

@@ -193,8 +193,9 @@ func (w funcWatcher) ResourceChanged(d xdsclient.ResourceData, onDone func()) {
 }
 
 // A watcher can cancel itself from its callback without deadlock, and gets
-// nothing afterwards; a cancel from another goroutine waits for a running
-// callback.
+// nothing afterwards. A cancel from another goroutine while a callback runs
+// returns at once; no callback starts after it, and WaitCallbacks returns
+// only once the running one has.
 func TestCancelFromCallback(t *testing.T) {
 	ctx := testContext(t)
 	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
@@ -215,8 +216,8 @@ func TestCancelFromCallback(t *testing.T) {
 	}
 	w.wantNothing(t)
 
-	// Cancel from outside while the callback runs: it returns only after
-	// the callback does.
+	// Cancel from outside while the callback runs: it returns at once, and
+	// WaitCallbacks returns only after the callback does.
 	entered, release := make(chan struct{}), make(chan struct{})
 	w2 := funcWatcher{testWatcher: newTestWatcher(), onData: func() { close(entered); <-release }}
 	cancel2 := c.WatchResource(listenerType, "lis", w2)
@@ -225,14 +226,39 @@ func TestCancelFromCallback(t *testing.T) {
 	go func() { cancel2(); close(cancelled) }()
 	select {
 	case <-cancelled:
-		t.Fatal("cancel returned while the watcher's callback was running")
+	case <-ctx.Done():
+		t.Fatal("cancel blocked while the watcher's callback was running")
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- c.WaitCallbacks(ctx) }()
+	select {
+	case err := <-waited:
+		t.Fatalf("WaitCallbacks returned (%v) while the watcher's callback was running", err)
 	case <-time.After(defaultTestShortTimeout):
 	}
 	close(release)
 	select {
-	case <-cancelled:
+	case err := <-waited:
+		if err != nil {
+			t.Fatalf("WaitCallbacks: %v", err)
+		}
 	case <-ctx.Done():
-		t.Fatal("cancel did not return after the callback returned")
+		t.Fatal("WaitCallbacks did not return after the callback returned")
+	}
+	w2.wantData(ctx, t, testListener("lis", 2)) // the callback that ran
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{testListener("lis", 3)}})
+	w2.wantNothing(t)
+
+	// WaitCallbacks gives up with ctx.
+	sctx, scancel := context.WithTimeout(ctx, time.Millisecond)
+	defer scancel()
+	blocked := make(chan struct{})
+	w3 := funcWatcher{testWatcher: newTestWatcher(), onData: func() { <-blocked }}
+	defer c.WatchResource(listenerType, "lis", w3)()
+	defer close(blocked)
+	time.Sleep(10 * time.Millisecond)
+	if err := c.WaitCallbacks(sctx); err == nil {
+		t.Error("WaitCallbacks returned nil while a callback was blocked and ctx ended, want ctx's error")
 	}
 }
 
@@ -316,38 +342,58 @@ func TestTypedWatch(t *testing.T) {
 	}
 }
 
-// Close and Dump may be called from a watcher callback; Close may be called
-// concurrently and repeatedly; no callback starts after Close.
-func TestCloseFromCallback(t *testing.T) {
+// Shutdown may be called from a watcher callback and returns at once; Close
+// may be called concurrently and repeatedly and returns once the client is
+// gone; no callback starts after Shutdown, and a closed client dumps nothing.
+func TestShutdownFromCallback(t *testing.T) {
 	ctx := testContext(t)
 	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
 	c := newClient(t, e2e.BootstrapOptions{ServerURIs: []string{ms.Address}}, xdsclient.Options{})
 	l := testListener("lis", 1)
 	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{l}})
+	if n := len(c.Dump()); n != 0 {
+		t.Errorf("Dump before any watch listed %d resources, want 0", n)
+	}
 
-	dumped := make(chan int, 1)
-	closed := make(chan struct{})
+	shut := make(chan struct{})
 	w := funcWatcher{testWatcher: newTestWatcher(), onData: func() {
-		dumped <- len(c.Dump())
-		c.Close()
-		close(closed)
+		c.Shutdown()
+		close(shut)
 	}}
 	c.WatchResource(listenerType, "lis", w)
 	select {
-	case <-closed:
+	case <-shut:
 	case <-ctx.Done():
-		t.Fatal("Close from a callback did not return")
-	}
-	if n := <-dumped; n != 1 {
-		t.Errorf("Dump from a callback listed %d resources, want 1", n)
+		t.Fatal("Shutdown from a callback did not return")
 	}
 	done := make(chan struct{})
 	go func() { c.Close(); close(done) }()
 	c.Close()
 	<-done
+	if n := len(c.Dump()); n != 0 {
+		t.Errorf("Dump after Close listed %d resources, want 0", n)
+	}
 	w2 := newTestWatcher()
 	c.WatchResource(listenerType, "lis", w2)
 	w2.wantNothing(t)
+	if err := c.WaitCallbacks(ctx); err != nil {
+		t.Errorf("WaitCallbacks on a closed client: %v, want nil", err)
+	}
+}
+
+// Dump lists what is cached, from another goroutine than the callbacks'.
+func TestDumpListsWatched(t *testing.T) {
+	ctx := testContext(t)
+	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
+	c := newClient(t, e2e.BootstrapOptions{ServerURIs: []string{ms.Address}}, xdsclient.Options{})
+	l := testListener("lis", 1)
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{l}})
+	w := newTestWatcher()
+	defer c.WatchResource(listenerType, "lis", w)()
+	w.wantData(ctx, t, l)
+	if d := findDump(c, listenerURL, "lis"); d == nil || d.Status != xdsclient.StatusACKed {
+		t.Errorf("Dump entry of the watched Listener = %+v, want it ACKED", d)
+	}
 }
 
 // Failed stream attempts back off with growing retry counts; a stream that

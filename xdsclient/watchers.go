@@ -12,9 +12,7 @@ type watcherEntry struct {
 	w ResourceWatcher // immutable
 
 	mu       sync.Mutex
-	canceled bool          // guarded by mu; set by cancel, never cleared
-	running  bool          // guarded by mu; a callback of w is running
-	idle     chan struct{} // guarded by mu; closed when the running callback returns, if a canceller waits
+	canceled bool // guarded by mu; set by cancel, never cleared
 
 	// Only touched on the serializer: where the entry is registered (nil
 	// before registration and for watches that failed at once).
@@ -22,48 +20,29 @@ type watcherEntry struct {
 	state *resourceState
 }
 
-// cancel implements the cancel function returned by WatchResource.
+// cancel implements the cancel function returned by WatchResource: it marks
+// the entry, so that call starts no callback any more, and schedules its
+// removal. It never blocks.
 func (e *watcherEntry) cancel() {
 	e.mu.Lock()
 	first := !e.canceled
 	e.canceled = true
-	var wait chan struct{}
-	if e.running && !e.c.onSerializer() {
-		if e.idle == nil {
-			e.idle = make(chan struct{})
-		}
-		wait = e.idle
-	}
 	e.mu.Unlock()
 	if first {
 		e.c.serializer.TrySchedule(func(context.Context) { e.c.handleCancel(e) })
 	}
-	if wait != nil {
-		<-wait
-	}
 }
 
 // call runs f (one callback of w) unless the watch was cancelled or the
-// client closed. Only called from serializer callbacks; no lock is held
+// client shut down. Only called from serializer callbacks; no lock is held
 // while f runs.
 func (e *watcherEntry) call(fc *flowControl, f func(onDone func())) {
 	e.mu.Lock()
-	if e.canceled || e.c.closed.HasFired() {
-		e.mu.Unlock()
-		return
-	}
-	e.running = true
+	skip := e.canceled || e.c.closed.HasFired()
 	e.mu.Unlock()
-
-	f(fc.hold())
-
-	e.mu.Lock()
-	e.running = false
-	if e.idle != nil {
-		close(e.idle)
-		e.idle = nil
+	if !skip {
+		f(fc.hold())
 	}
-	e.mu.Unlock()
 }
 
 // deliverData calls ResourceChanged. Only called from serializer callbacks.
