@@ -210,3 +210,39 @@ func TestDoesNotExistTimerNotStartedWhileServerDown(t *testing.T) {
 	ms.Restart(t)
 	w.wantError(ctx, t, "error", xdsclient.KindDoesNotExist)
 }
+
+// TestUnwatchedResourcesIgnored: a server that answers with more than was
+// asked for (istiod sends every Listener of the node, clients' ones
+// included, to an LDS request) is ACKed: the resources nobody watches are
+// not decoded, so one this client would reject does not NACK the response,
+// including after the last watch is cancelled (a request with no names).
+func TestUnwatchedResourcesIgnored(t *testing.T) {
+	ctx := testContext(t)
+	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{SendEverything: []string{listenerURL}})
+	c := newClient(t, e2e.BootstrapOptions{ServerURIs: []string{ms.Address}}, xdsclient.Options{})
+	good := testListener("watched", 1)
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{good, badListener("someone-elses")}})
+
+	w := newTestWatcher()
+	cancel := c.WatchResource(listenerType, "watched", w)
+	w.wantData(ctx, t, good)
+	if _, err := ms.WaitForRequest(ctx, e2e.IsACK(listenerURL, "1")); err != nil {
+		t.Fatalf("waiting for the ACK of a response with an unwatched, invalid Listener: %v", err)
+	}
+	cancel()
+	if _, err := ms.WaitForRequest(ctx, e2e.IsSubscription(listenerURL)); err != nil {
+		t.Fatalf("waiting for the unsubscription: %v", err)
+	}
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{good, badListener("someone-elses")}})
+	if _, err := ms.WaitForRequest(ctx, e2e.IsACK(listenerURL, "2")); err != nil {
+		t.Fatalf("waiting for the ACK after the last watch was cancelled: %v", err)
+	}
+	for _, r := range ms.Requests() {
+		if r.GetErrorDetail() != nil {
+			t.Errorf("the client NACKed: %v", r.GetErrorDetail().GetMessage())
+		}
+	}
+	if d := findDump(c, listenerURL, "someone-elses"); d != nil {
+		t.Errorf("Dump lists the unwatched Listener: %+v", d)
+	}
+}

@@ -125,6 +125,17 @@ func (ch *xdsChannel) typeState(typeURL string) *typeState {
 	return ts
 }
 
+// watches reports whether a user of ch watches the resource of typeURL with
+// the canonical name. Only called from serializer callbacks.
+func (ch *xdsChannel) watches(typeURL, name string) bool {
+	for a := range ch.users {
+		if _, ok := a.resources[typeURL][name]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 // subscribedNames returns the names of typeURL that the users of ch watch,
 // sorted. Only called from serializer callbacks.
 func (ch *xdsChannel) subscribedNames(typeURL string) []string {

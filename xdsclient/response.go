@@ -9,6 +9,7 @@ import (
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
@@ -98,9 +99,18 @@ func (c *Client) nack(ch *xdsChannel, ts *typeState, typeURL string, resp *disco
 // decoded; errs has one "name: reason" entry per failed resource; unnamed
 // reports a resource whose name could not be read. Only called from
 // serializer callbacks.
+//
+// A resource that no user of ch watches is skipped without being decoded or
+// validated, as gRFC A27 has a client ignore what it did not ask for: a
+// server may send more (istiod answers a request with no names with every
+// Listener of the node, clients' ones included), and a NACK for such a
+// resource would reject what the client never subscribed to.
 func (c *Client) decodeAll(ch *xdsChannel, rt *ResourceType, resp *discoverypb.DiscoveryResponse) (results map[string]decoded, valid int, errs []string, unnamed bool) {
 	results = make(map[string]decoded, len(resp.GetResources()))
 	for i, raw := range resp.GetResources() {
+		if name, ok := peekName(raw); ok && !ch.watches(rt.TypeURL, canonicalOrEmpty(name)) {
+			continue
+		}
 		name, d := c.decodeOne(ch, rt, raw)
 		if name == "" {
 			errs = append(errs, fmt.Sprintf("resource %d: %v", i, d.err))
@@ -268,4 +278,53 @@ func (c *Client) applyAbsent(a *authority, ch *xdsChannel, s *resourceState, fc 
 	s.lastErr = &Error{Kind: KindDoesNotExist, TypeName: s.rt.TypeName, Name: s.name, Server: ch.server.ServerURI, NodeID: c.nodeID,
 		Err: errors.New("removed by the management server")}
 	s.notifyError(true, s.lastErr, fc)
+}
+
+// peekName reads the name of a resource without decoding it: the name of
+// its Resource wrapper, or else field 1 of the message, which is the name of
+// every xDS resource type (Listener.name, RouteConfiguration.name,
+// Cluster.name, ClusterLoadAssignment.cluster_name). ok is false when the
+// bytes cannot be read that far or the name is empty; the resource is then
+// decoded, and its errors reported, as usual.
+func peekName(raw *anypb.Any) (string, bool) {
+	b := raw.GetValue()
+	wrapped := raw.GetTypeUrl() == resourceWrapperURL
+	// The last occurrence of a field wins, as in proto.Unmarshal.
+	var name, inner []byte
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return "", false
+		}
+		b = b[n:]
+		if typ != protowire.BytesType {
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return "", false
+			}
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return "", false
+		}
+		b = b[n:]
+		switch {
+		case !wrapped && num == 1, wrapped && num == 3: // name, Resource.name
+			name = v
+		case wrapped && num == 2: // Resource.resource
+			inner = v
+		}
+	}
+	if len(name) > 0 {
+		return string(name), true
+	}
+	if wrapped && inner != nil {
+		a := &anypb.Any{}
+		if proto.Unmarshal(inner, a) != nil {
+			return "", false
+		}
+		return peekName(a)
+	}
+	return "", false
 }

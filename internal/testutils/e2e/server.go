@@ -88,6 +88,12 @@ type ManagementServerOptions struct {
 	OnStreamOpen func(streamID int64)
 	// OnStreamClosed, if set, is called when an ADS stream ends.
 	OnStreamClosed func(streamID int64)
+	// SendEverything lists type URLs whose requests are answered with every
+	// resource of the type, whatever names they carry, as istiod answers an
+	// LDS request (it sends every Listener of the node, clients' included,
+	// to a request with no names). The recorded requests are left as the
+	// client sent them.
+	SendEverything []string
 }
 
 // ManagementServer is an in-process xDS management server. Its methods are
@@ -215,6 +221,10 @@ func (m *ManagementServer) record(id int64, req *discoverypb.DiscoveryRequest) *
 		if v, ok := m.lastResp[streamType{id, req.GetTypeUrl()}]; ok {
 			req.VersionInfo = v
 		}
+	}
+	if slices.Contains(m.opts.SendEverything, req.GetTypeUrl()) {
+		// go-control-plane's explicit wildcard: every resource of the type.
+		req.ResourceNames = []string{"*"}
 	}
 	return recorded
 }
