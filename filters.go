@@ -21,9 +21,6 @@ import (
 	"github.com/proxyless-grpc/xds/internal/routing"
 )
 
-// The server supports the RBAC HTTP filter (gRFC A41) besides the router.
-func init() { rbacfilter.Register(httpfilter.Default) }
-
 // routeFilters are the HTTP filter steps (gRFC A39) of one
 // HttpConnectionManager's filter list over one Router: steps[route.ID] are
 // the steps to run for an RPC on that route, in filter order, leaving out

@@ -22,6 +22,7 @@ import (
 
 	"github.com/proxyless-grpc/xds/filterchain"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
+	"github.com/proxyless-grpc/xds/internal/httpfilter/builtin"
 	"github.com/proxyless-grpc/xds/internal/routing"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 )
@@ -56,7 +57,7 @@ func rbacN(n int) *rbacpb.RBAC {
 // over rc, its steps precomputed as at Listener apply.
 func rbacTapServer(t testing.TB, cfg *rbacpb.RBAC, rc *routepb.RouteConfiguration) *chainServer {
 	t.Helper()
-	p := httpfilter.NewParser(nil)
+	p := httpfilter.NewParser(builtin.Registry)
 	filters, err := p.HTTPFilters([]*hcmpb.HttpFilter{
 		{Name: "rbac", ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: mustAnyT(t, cfg)}},
 		{Name: "router", ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: mustAnyT(t, &routerpb.Router{})}},

@@ -2,11 +2,9 @@ package xds
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"net/url"
-	"strings"
+	"net/netip"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -80,8 +78,9 @@ func NewGRPCServer(opts ...grpc.ServerOption) (*GRPCServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("xds: %w", err)
 	}
-	if err := checkTemplate(cfg); err != nil {
-		return nil, err
+	// Template errors do not depend on the address: check them now.
+	if _, err := cfg.ServerListenerName(netip.AddrPortFrom(netip.IPv4Unspecified(), 0)); err != nil {
+		return nil, fmt.Errorf("xds: %w", err)
 	}
 	catalog, err := newCatalogServer(so.grpcOpts)
 	if err != nil {
@@ -100,31 +99,6 @@ func NewGRPCServer(opts ...grpc.ServerOption) (*GRPCServer, error) {
 		lis:      make(map[*listenerWrapper]struct{}),
 		stopDone: make(chan struct{}),
 	}, nil
-}
-
-// checkTemplate checks the bootstrap's server_listener_resource_name_template
-// (gRFC A36, A47).
-func checkTemplate(cfg *bootstrap.Config) error {
-	tmpl := cfg.ServerListenerResourceNameTemplate
-	if tmpl == "" {
-		return errors.New("xds: the xDS bootstrap has no server_listener_resource_name_template, which an xDS server needs to name its Listener resource")
-	}
-	if !strings.HasPrefix(tmpl, xdstpPrefix) {
-		return nil
-	}
-	auth, ok := xdstpAuthority(tmpl)
-	if !ok {
-		return fmt.Errorf("xds: server_listener_resource_name_template %q: an xdstp name must start with \"xdstp://<authority>/\"", tmpl)
-	}
-	if _, ok := cfg.ServersFor(auth); ok {
-		return nil
-	}
-	if dec, err := url.PathUnescape(auth); err == nil {
-		if _, ok := cfg.ServersFor(dec); ok {
-			return nil
-		}
-	}
-	return fmt.Errorf("xds: server_listener_resource_name_template %q: authority %q is not in the bootstrap's authorities (gRFC A47)", tmpl, auth)
 }
 
 // newCatalogServer builds the grpc.Server that records registrations, and
@@ -191,11 +165,16 @@ func (s *GRPCServer) Serve(lis net.Listener) error {
 		lis.Close()
 		return grpc.ErrServerStopped
 	}
+	name, err := s.client.BootstrapConfig().ServerListenerName(addr)
+	if err != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("xds: %w", err) // checked by NewGRPCServer: cannot happen
+	}
 	s.serving = true
 	lw := newListenerWrapper(listenerParams{
 		lis:      lis,
 		addr:     addr,
-		name:     listenerResourceName(s.client.BootstrapConfig().ServerListenerResourceNameTemplate, addr),
+		name:     name,
 		opts:     s.opts,
 		client:   s.client,
 		services: s.services,

@@ -196,7 +196,7 @@ func parseAuthority(path, name string, raw json.RawMessage) (*Authority, error) 
 	if a.ClientListenerResourceNameTemplate, err = o.str(path, tmplField); err != nil {
 		return nil, err
 	}
-	escaped := escapeAuthority(name)
+	escaped := percentEncode(name, authorityChars)
 	switch tmpl := a.ClientListenerResourceNameTemplate; {
 	case tmpl == "":
 		a.ClientListenerResourceNameTemplate = "xdstp://" + escaped + "/envoy.config.listener.v3.Listener/%s"
@@ -210,21 +210,4 @@ func parseAuthority(path, name string, raw json.RawMessage) (*Authority, error) 
 		}
 	}
 	return a, nil
-}
-
-// escapeAuthority percent-encodes an authority name for the authority part
-// of an xdstp:// URI: unreserved characters, sub-delims, ':' and '@' (RFC
-// 3986 section 3.2) are kept, every other byte is encoded.
-func escapeAuthority(name string) string {
-	const keep = "-._~!$&'()*+,;=:@"
-	var b strings.Builder
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte(keep, c) >= 0 {
-			b.WriteByte(c)
-			continue
-		}
-		fmt.Fprintf(&b, "%%%02X", c)
-	}
-	return b.String()
 }

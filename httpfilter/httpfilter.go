@@ -22,6 +22,7 @@ import (
 	"fmt"
 
 	internal "github.com/proxyless-grpc/xds/internal/httpfilter"
+	"github.com/proxyless-grpc/xds/internal/httpfilter/builtin"
 )
 
 // Filter is a server-side HTTP filter implementation. Its methods are
@@ -61,5 +62,5 @@ func Register(f Filter) {
 			panic(fmt.Sprintf("httpfilter: Register(%T): the router's type %q cannot be taken over", f, u))
 		}
 	}
-	internal.Default.Register(f)
+	builtin.Registry.Register(f)
 }

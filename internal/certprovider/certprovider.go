@@ -57,15 +57,25 @@ func NewStore(warnf func(format string, args ...any)) *Store {
 // Handle.KeyMaterial, not here) and re-read every cfg.RefreshInterval
 // (a non-positive interval means 10 minutes). The caller must Release the
 // handle.
+//
+// The files are read without holding the Store's lock: a Get of another
+// configuration does not wait for this one's I/O, and a concurrent Get of
+// the same configuration waits for the first read of the provider it
+// shares.
 func (s *Store) Get(cfg bootstrap.FileWatcherConfig) *Handle {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	p := s.providers[cfg]
-	if p == nil {
-		p = startProvider(cfg, s.warnf)
+	created := p == nil
+	if created {
+		p = newProvider(cfg, s.warnf)
 		s.providers[cfg] = p
 	}
 	p.refs++
+	s.mu.Unlock()
+	if created {
+		p.start()
+	}
+	<-p.started
 	return &Handle{s: s, p: p}
 }
 
@@ -127,14 +137,15 @@ type provider struct {
 	warnf func(format string, args ...any)
 	refs  int // guarded by Store.mu
 
-	state atomic.Pointer[providerState] // never nil after startProvider
+	state atomic.Pointer[providerState] // never nil once started is closed
 
-	// Only touched by the provider's goroutine (and startProvider before it).
+	// Only touched by start and then by the provider's goroutine.
 	lastCert, lastKey, lastCA []byte
 	lastErr                   string // the last read error logged, to log each once
 
-	quit chan struct{} // closed by stop
-	done chan struct{} // closed when the goroutine has exited
+	started chan struct{} // closed by start once the first read is done
+	quit    chan struct{} // closed by stop
+	done    chan struct{} // closed when the goroutine has exited
 }
 
 // providerState is the result of the latest good read, or of the first
@@ -148,17 +159,24 @@ type providerState struct {
 // bootstrap's default.
 const defaultRefresh = 10 * time.Minute
 
-func startProvider(cfg bootstrap.FileWatcherConfig, warnf func(string, ...any)) *provider {
-	p := &provider{cfg: cfg, warnf: warnf, quit: make(chan struct{}), done: make(chan struct{})}
+func newProvider(cfg bootstrap.FileWatcherConfig, warnf func(string, ...any)) *provider {
+	return &provider{cfg: cfg, warnf: warnf, started: make(chan struct{}), quit: make(chan struct{}), done: make(chan struct{})}
+}
+
+// start reads the files once and starts the goroutine that re-reads them.
+// Called once, by the Get that created p, without the Store's lock.
+func (p *provider) start() {
 	km, err := p.read()
 	if err != nil {
 		err = fmt.Errorf("certprovider: file_watcher: %w", err)
 	}
 	p.state.Store(&providerState{km: km, err: err})
 	go p.run()
-	return p
+	close(p.started)
 }
 
+// stop stops the goroutine and waits for it. The last reference is
+// released after the Get that created p returned, so p has started.
 func (p *provider) stop() {
 	close(p.quit)
 	<-p.done

@@ -116,6 +116,3 @@ func (r *Registry) lookup(typeURL string, override bool) Filter {
 	}
 	return r.configs[typedconfig.Name(typeURL)]
 }
-
-// Default is the registry used when none is given. It holds the router.
-var Default = NewRegistry(Router{})

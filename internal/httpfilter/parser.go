@@ -74,10 +74,11 @@ type memoKey struct {
 	value    string // serialized Any value or Struct
 }
 
-// NewParser returns a Parser over reg; a nil reg means Default.
+// NewParser returns a Parser over reg; a nil reg means a registry of the
+// router alone (the server's registry is builtin.Registry).
 func NewParser(reg *Registry) *Parser {
 	if reg == nil {
-		reg = Default
+		reg = NewRegistry(Router{})
 	}
 	return &Parser{reg: reg, memo: map[memoKey]Config{}}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/proxyless-grpc/xds/bootstrap"
 	"github.com/proxyless-grpc/xds/filterchain"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
+	"github.com/proxyless-grpc/xds/internal/httpfilter/builtin"
 	"github.com/proxyless-grpc/xds/internal/routing"
 	"github.com/proxyless-grpc/xds/xdsclient"
 )
@@ -103,7 +104,7 @@ func decodeListener(in xdsclient.DecodeInput) (string, xdsclient.ResourceData, e
 		return name, nil, fmt.Errorf("xdsresource: Listener %q is an API listener (a client's), not a TCP listener for a server", name)
 	}
 	table, err := filterchain.Compile(lis, filterchain.Options{
-		Filters:               httpfilter.NewParser(nil),
+		Filters:               httpfilter.NewParser(builtin.Registry),
 		CertProviderInstances: certProviderInstances(in.Bootstrap),
 	})
 	if err != nil {
@@ -132,7 +133,7 @@ func decodeRouteConfig(in xdsclient.DecodeInput) (string, xdsclient.ResourceData
 	if err := proto.Unmarshal(in.Resource.GetValue(), rc); err != nil {
 		return "", nil, fmt.Errorf("xdsresource: malformed RouteConfiguration: %w", err)
 	}
-	router, err := routing.Compile(rc, nil)
+	router, err := routing.Compile(rc, httpfilter.NewParser(builtin.Registry))
 	if err != nil {
 		return rc.GetName(), nil, err
 	}

@@ -8,6 +8,7 @@ import (
 
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	rbacpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	matcherpb "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -262,4 +263,24 @@ func decodeBytes(t *testing.T, b []byte) xdsclient.ResourceData {
 		t.Fatalf("Decode failed: %v", err)
 	}
 	return d
+}
+
+// TestDecodersKnowRBAC: the decoders parse RBAC filter configs and
+// RBACPerRoute overrides with nothing but this package linked: what they
+// accept does not depend on another package registering the filter.
+func TestDecodersKnowRBAC(t *testing.T) {
+	rc := e2e.DefaultRouteConfig("r")
+	a, err := anypb.New(&rbacpb.RBACPerRoute{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.VirtualHosts[0].TypedPerFilterConfig = map[string]*anypb.Any{"rbac": a}
+	b, err := proto.Marshal(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := xdsclient.DecodeInput{Resource: &anypb.Any{TypeUrl: xdsresource.RouteConfigTypeURL, Value: b}}
+	if _, _, err := xdsresource.RouteConfigType.Decode(in); err != nil {
+		t.Errorf("RouteConfiguration with an RBACPerRoute override: %v, want it accepted", err)
+	}
 }

@@ -1,8 +1,8 @@
 // Package rbacfilter is the RBAC HTTP filter
 // (envoy.extensions.filters.http.rbac.v3.RBAC) of gRFC A41, with its
-// per-route override RBACPerRoute and audit logging (gRFC A59). Register adds
-// it to an httpfilter registry; the server registers it in
-// httpfilter.Default.
+// per-route override RBACPerRoute and audit logging (gRFC A59). The server's
+// registry (internal/httpfilter/builtin) holds it; Register adds it to
+// another.
 //
 // Parsing compiles the policies into rbac engines, so a config is compiled
 // once per distinct content: identical configs within one resource share
