@@ -432,6 +432,21 @@ func TestEvaluateAllocs(t *testing.T) {
 	}
 }
 
+// TestEvaluateAllocsBinaryPresence: a present_match on a binary header
+// reads whether it is there, so it encodes nothing and does not allocate.
+func TestEvaluateAllocsBinaryPresence(t *testing.T) {
+	e := mustCompile(t, &rbacpb.RBAC{Action: rbacpb.RBAC_DENY, Policies: map[string]*rbacpb.Policy{
+		"p": pol(pHeader(present("X-Data-Bin", false)), idAny()),
+	}})
+	ri := baseRI()
+	if d := e.Evaluate(ri); d.Allow {
+		t.Fatalf("Evaluate() = %+v, want the RPC denied", d)
+	}
+	if n := testing.AllocsPerRun(100, func() { e.Evaluate(ri) }); n != 0 {
+		t.Errorf("Evaluate allocates %v times, want 0", n)
+	}
+}
+
 // benchRBAC is an ALLOW config of n policies, each a path, a header and a
 // source range; only the last matches baseRI with method
 // "/pkg.Service/Method<n-1>".
