@@ -1,6 +1,7 @@
 package rbac
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
@@ -52,6 +53,7 @@ const (
 	fromPath                          // :path is the method
 	fromMethod                        // :method is POST
 	fromAuthority                     // :authority, and its alias host
+	fromBinary                        // a -bin header, base64-encoded
 	fromNowhere                       // hidden: treated as absent
 )
 
@@ -134,12 +136,9 @@ func (c *compiler) permission(p *rbacpb.Permission) (node, error) {
 		}
 		return node{kind: kindPortRange, lo: int64(rg.GetStart()), hi: int64(rg.GetEnd())}, nil
 	case *rbacpb.Permission_Metadata:
-		// gRFC A41: Envoy metadata is an empty map in gRPC, so "the metadata
-		// matcher is guaranteed not to match".
-		return node{kind: kindConst, value: false}, nil
+		return metadata(r.Metadata), nil
 	case *rbacpb.Permission_SourcedMetadata:
-		// Envoy metadata from a chosen source: empty in gRPC, as above.
-		return node{kind: kindConst, value: false}, nil
+		return metadata(r.SourcedMetadata.GetMetadataMatcher()), nil
 	case *rbacpb.Permission_NotRule:
 		n, err := c.permission(r.NotRule)
 		if err != nil {
@@ -213,11 +212,13 @@ func (c *compiler) principal(p *rbacpb.Principal) (node, error) {
 		return c.header("header", id.Header)
 	case *rbacpb.Principal_UrlPath:
 		return c.urlPath(id.UrlPath)
-	case *rbacpb.Principal_Metadata, *rbacpb.Principal_SourcedMetadata:
-		// gRFC A41: Envoy metadata never matches in gRPC.
-		return node{kind: kindConst, value: false}, nil
+	case *rbacpb.Principal_Metadata:
+		return metadata(id.Metadata), nil
+	case *rbacpb.Principal_SourcedMetadata:
+		return metadata(id.SourcedMetadata.GetMetadataMatcher()), nil
 	case *rbacpb.Principal_FilterState:
-		// Envoy filter state, like Envoy metadata, is empty in gRPC.
+		// Envoy filter state, like Envoy metadata, is empty in gRPC; its
+		// matcher has no invert, so it never matches.
 		return node{kind: kindConst, value: false}, nil
 	case *rbacpb.Principal_NotId:
 		n, err := c.principal(id.NotId)
@@ -249,6 +250,14 @@ func (c *compiler) principalSet(kind nodeKind, field string, ids []*rbacpb.Princ
 	return n, nil
 }
 
+// metadata compiles a matcher of Envoy metadata, from any source (dynamic
+// or route). gRFC A41: Envoy metadata is an empty map in gRPC, so "the
+// metadata matcher is guaranteed not to match"; invert inverts that result,
+// so an inverted matcher always matches.
+func metadata(m *matcherpb.MetadataMatcher) node {
+	return node{kind: kindConst, value: m.GetInvert()}
+}
+
 func remoteIP(field string, r *corepb.CidrRange) (node, error) {
 	m, err := matcher.NewCIDRMatcher(r)
 	if err != nil {
@@ -275,32 +284,36 @@ func (c *compiler) urlPath(p *matcherpb.PathMatcher) (node, error) {
 
 // header compiles a header matcher with gRFC A41's view of the request: a
 // matcher on a "grpc-" header or on :scheme is a validation failure;
-// :path is the method, :method is POST, host is :authority; hop-by-hop,
-// binary and other pseudo-headers are absent.
+// :path is the method, :method is POST, host is :authority; a binary
+// ("-bin") header is seen base64-encoded; hop-by-hop and other
+// pseudo-headers are absent. Names are case-insensitive: the matcher's name
+// is lower-cased (ASCII) before any of these rules apply.
 func (c *compiler) header(field string, h *routepb.HeaderMatcher) (node, error) {
-	name := strings.ToLower(h.GetName())
+	m, err := c.m.HeaderMatcher(h)
+	if err != nil {
+		return node{}, fmt.Errorf("%s.%w", field, err)
+	}
+	name := m.Name()
 	if strings.HasPrefix(name, "grpc-") {
 		return node{}, fmt.Errorf("%s.name: %q: matchers on grpc- headers are not allowed", field, h.GetName())
 	}
 	if name == ":scheme" {
 		return node{}, fmt.Errorf("%s.name: %q: matchers on :scheme are not allowed", field, h.GetName())
 	}
-	m, err := c.m.HeaderMatcher(h)
-	if err != nil {
-		return node{}, fmt.Errorf("%s.%w", field, err)
-	}
 	hm := headerMatcher{m: m}
-	switch name {
-	case ":path":
+	switch {
+	case name == ":path":
 		hm.src = fromPath
-	case ":method":
+	case name == ":method":
 		hm.src = fromMethod
-	case ":authority", "host":
+	case name == ":authority" || name == "host":
 		hm.src = fromAuthority
-	default:
-		if hiddenHeader(name) {
-			hm.src = fromNowhere
-		}
+	case hiddenHeader(name):
+		hm.src = fromNowhere
+	case strings.HasSuffix(name, "-bin") && !isPresentMatch(h):
+		// A present_match reads whether the header is there, not its
+		// value: it needs no encoding.
+		hm.src = fromBinary
 	}
 	return node{kind: kindHeader, header: hm}, nil
 }
@@ -368,17 +381,39 @@ func (hm *headerMatcher) match(ri *RequestInfo) bool {
 		if ri.Header != nil {
 			vals = ri.Header.Get(hm.m.Name())
 		}
+	case fromBinary:
+		if ri.Header != nil {
+			vals = base64Values(ri.Header.Get(hm.m.Name()))
+		}
 	}
 	return hm.m.MatchValues(vals)
+}
+
+func isPresentMatch(h *routepb.HeaderMatcher) bool {
+	_, ok := h.GetHeaderMatchSpecifier().(*routepb.HeaderMatcher_PresentMatch)
+	return ok
+}
+
+// base64Values returns the values of a binary header as gRFC A41 has RBAC
+// see them, "in their base64-encoded form" (standard alphabet, padded);
+// gRPC hands them over decoded. It allocates.
+func base64Values(vals []string) []string {
+	if len(vals) == 0 {
+		return nil
+	}
+	enc := make([]string, len(vals))
+	for i, v := range vals {
+		enc[i] = base64.StdEncoding.EncodeToString([]byte(v))
+	}
+	return enc
 }
 
 // matchAuthenticated follows gRFC A41: a plaintext peer never matches;
 // without principal_name any TLS peer matches; otherwise the leaf
 // certificate's URI SANs are checked, or if it has none its DNS SANs, or if
-// it has none its subject (RFC 2253). A TLS peer without a certificate does
-// not match a principal_name, whatever the matcher (stricter than A41's
-// check of "" for that case: an anonymous peer is never an authenticated
-// one).
+// it has none its subject (RFC 2253); a TLS peer without a certificate is
+// checked as the empty string (A41: "If there is no client certificate
+// (thus no SAN nor Subject), check if "" (empty string) matches").
 func (n *node) matchAuthenticated(ri *RequestInfo) bool {
 	if !ri.TLS {
 		return false
@@ -386,8 +421,8 @@ func (n *node) matchAuthenticated(ri *RequestInfo) bool {
 	if !n.hasStr {
 		return true
 	}
-	if len(ri.PeerCertificates) == 0 {
-		return false
+	if len(ri.PeerCertificates) == 0 || ri.PeerCertificates[0] == nil {
+		return n.str.Match("")
 	}
 	cert := ri.PeerCertificates[0]
 	if len(cert.URIs) > 0 {

@@ -5,8 +5,19 @@
 // Compile validates everything up front: an error means the resource that
 // carries the policy must be NACKed, and evaluation cannot fail. An Engine
 // is immutable and safe for concurrent use; Evaluate does not allocate,
-// except to join a header's several values or to format a certificate's
-// identity for an authenticated principal.
+// except to join a header's several values, to base64-encode a binary
+// header's values, or to format a certificate's identity for an
+// authenticated principal.
+//
+// The engine never fails open on a field gRPC lacks: such a field is
+// evaluated with A41's fixed value, never skipped, so that not_rule, not_id,
+// and/or and the matchers' own invert flags keep their meaning. Envoy
+// metadata (metadata, sourced_metadata from any source) and filter state are
+// empty, so their matchers never match and an inverted metadata matcher
+// always matches; requested_server_name is the empty string. Header matcher
+// names are case-insensitive at any depth, and a binary ("-bin") header is
+// seen in its base64 form. An RPC whose method does not start with "/" is
+// denied by ALLOW and DENY engines (see Engine.Evaluate).
 //
 // The package is pure: no gRPC, no goroutines, no I/O of its own (audit
 // loggers may do I/O).
@@ -159,7 +170,17 @@ func (e *Engine) Audits() bool { return e.audit.enabled() }
 // Evaluate decides on an RPC. ALLOW allows it if a policy matches, DENY
 // denies it if a policy matches, LOG allows it. A policy matches when one of
 // its permissions and one of its principals match.
+//
+// An RPC whose FullMethod does not start with "/" is denied by ALLOW and
+// DENY engines whatever their policies (MatchedPolicy ""): it is a
+// malformed HTTP/2 request, which Envoy rejects before RBAC runs, and no
+// url_path or :path matcher written for well-formed paths can be relied on
+// to catch it. Otherwise FullMethod is matched byte for byte: gRPC method
+// names are case-sensitive, so only a matcher with ignore_case folds case.
 func (e *Engine) Evaluate(ri RequestInfo) Decision {
+	if e.action != ActionLog && !strings.HasPrefix(ri.FullMethod, "/") {
+		return Decision{}
+	}
 	name, matched := e.match(&ri)
 	switch e.action {
 	case ActionAllow:
@@ -205,7 +226,7 @@ func (e *Engine) Audit(ri RequestInfo, d Decision, policyName string, shadow boo
 // principal is the peer identity for audit events: the first URI SAN, else
 // the first DNS SAN, else the subject of the leaf certificate.
 func principal(certs []*x509.Certificate) string {
-	if len(certs) == 0 {
+	if len(certs) == 0 || certs[0] == nil {
 		return ""
 	}
 	c := certs[0]
@@ -221,12 +242,12 @@ func principal(certs []*x509.Certificate) string {
 
 // hiddenHeader reports whether a header is treated as absent by RBAC
 // (gRFC A41): hop-by-hop headers ("Implementations must consider the
-// request's hop-by-hop headers to not be present"), binary headers, and
-// pseudo-headers other than :path, :method and :authority.
+// request's hop-by-hop headers to not be present") and pseudo-headers other
+// than :path, :method and :authority. name is lower-case.
 func hiddenHeader(name string) bool {
 	switch name {
 	case "te", "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
 		return true
 	}
-	return strings.HasSuffix(name, "-bin") || strings.HasPrefix(name, ":")
+	return strings.HasPrefix(name, ":")
 }

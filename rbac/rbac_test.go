@@ -157,8 +157,10 @@ func TestPermissions(t *testing.T) {
 		{desc: "header custom mismatch", perm: pHeader(hdr("x-user", exact("bob"))), want: false},
 		{desc: "header multi-valued joined with comma", perm: pHeader(hdr("x-multi", exact("a,b"))), want: true},
 		{desc: "header content-type as sent", perm: pHeader(hdr("content-type", exact("application/grpc"))), want: true},
-		{desc: "header -bin is absent", perm: pHeader(present("x-data-bin", false)), want: false},
-		{desc: "header -bin absent, inverted presence matches", perm: pHeader(present("x-data-bin", true)), want: true},
+		{desc: "header -bin is present", perm: pHeader(present("x-data-bin", false)), want: true},
+		{desc: "header -bin present, inverted presence does not match", perm: pHeader(present("x-data-bin", true)), want: false},
+		{desc: "header -bin is base64-encoded", perm: pHeader(hdr("x-data-bin", exact("cmF3"))), want: true},
+		{desc: "header -bin raw value does not match", perm: pHeader(hdr("x-data-bin", exact("raw"))), want: false},
 		{desc: "header te is absent", perm: pHeader(present("te", false)), want: false},
 		{desc: "header missing does not match even inverted", perm: pHeader(&routepb.HeaderMatcher{Name: "x-none", InvertMatch: true, HeaderMatchSpecifier: &routepb.HeaderMatcher_ExactMatch{ExactMatch: "v"}}), want: false},
 		{desc: "header range", perm: pHeader(&routepb.HeaderMatcher{Name: "x-n", HeaderMatchSpecifier: &routepb.HeaderMatcher_RangeMatch{RangeMatch: &typepb.Int64Range{Start: 1, End: 10}}}), ri: func() RequestInfo { r := baseRI(); r.Header = md{"x-n": {"5"}}; return r }(), want: true},
@@ -214,7 +216,8 @@ func TestPrincipals(t *testing.T) {
 		{desc: "authenticated without name: plaintext", id: idAuth(nil), ri: baseRI(), want: false},
 		{desc: "authenticated without name: TLS without cert", id: idAuth(nil), ri: withTLS(baseRI()), want: true},
 		{desc: "authenticated: plaintext never matches", id: idAuth(exact("")), ri: baseRI(), want: false},
-		{desc: "authenticated: TLS without cert does not match", id: idAuth(exact("")), ri: withTLS(baseRI()), want: false},
+		{desc: "authenticated: TLS without cert is checked as empty", id: idAuth(exact("")), ri: withTLS(baseRI()), want: true},
+		{desc: "authenticated: TLS without cert, non-empty name", id: idAuth(exact("client")), ri: withTLS(baseRI()), want: false},
 		{desc: "authenticated: URI SAN", id: idAuth(exact("spiffe://example.org/ns/a/sa/client")), ri: withTLS(baseRI(), spiffe), want: true},
 		{desc: "authenticated: DNS SAN not checked when URI SANs exist", id: idAuth(exact("client.example.org")), ri: withTLS(baseRI(), spiffe), want: false},
 		{desc: "authenticated: DNS SAN, second", id: idAuth(exact("alt.example.org")), ri: withTLS(baseRI(), dnsOnly), want: true},
@@ -424,6 +427,21 @@ func TestEvaluateAllocs(t *testing.T) {
 	e := mustCompile(t, benchRBAC(10))
 	ri := baseRI()
 	ri.FullMethod = "/pkg.Service/Method9"
+	if n := testing.AllocsPerRun(100, func() { e.Evaluate(ri) }); n != 0 {
+		t.Errorf("Evaluate allocates %v times, want 0", n)
+	}
+}
+
+// TestEvaluateAllocsBinaryPresence: a present_match on a binary header
+// reads whether it is there, so it encodes nothing and does not allocate.
+func TestEvaluateAllocsBinaryPresence(t *testing.T) {
+	e := mustCompile(t, &rbacpb.RBAC{Action: rbacpb.RBAC_DENY, Policies: map[string]*rbacpb.Policy{
+		"p": pol(pHeader(present("X-Data-Bin", false)), idAny()),
+	}})
+	ri := baseRI()
+	if d := e.Evaluate(ri); d.Allow {
+		t.Fatalf("Evaluate() = %+v, want the RPC denied", d)
+	}
 	if n := testing.AllocsPerRun(100, func() { e.Evaluate(ri) }); n != 0 {
 		t.Errorf("Evaluate allocates %v times, want 0", n)
 	}
