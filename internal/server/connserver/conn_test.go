@@ -1,4 +1,4 @@
-package xds
+package connserver
 
 import (
 	"bytes"
@@ -75,13 +75,13 @@ func tcpPair(t testing.TB) (accepted, dialed *net.TCPConn) {
 // wrapTCP wraps the accepted end of c the way the server does.
 func wrapTCP(t testing.TB, c *net.TCPConn, onClose func()) *conn {
 	t.Helper()
-	src, ok := addrPortOf(c.RemoteAddr())
+	src, ok := AddrPortOf(c.RemoteAddr())
 	if !ok {
-		t.Fatalf("addrPortOf(%v) failed", c.RemoteAddr())
+		t.Fatalf("AddrPortOf(%v) failed", c.RemoteAddr())
 	}
-	dst, ok := addrPortOf(c.LocalAddr())
+	dst, ok := AddrPortOf(c.LocalAddr())
 	if !ok {
-		t.Fatalf("addrPortOf(%v) failed", c.LocalAddr())
+		t.Fatalf("AddrPortOf(%v) failed", c.LocalAddr())
 	}
 	return newConn(c, &filterchain.FilterChain{}, src, dst, onClose)
 }
@@ -431,9 +431,9 @@ func TestAddrPortOf(t *testing.T) {
 	}
 	for _, test := range tests {
 		t.Run(test.desc, func(t *testing.T) {
-			got, ok := addrPortOf(test.addr)
+			got, ok := AddrPortOf(test.addr)
 			if got != test.want || ok != test.wantOK {
-				t.Errorf("addrPortOf(%v) = %v, %v, want %v, %v", test.addr, got, ok, test.want, test.wantOK)
+				t.Errorf("AddrPortOf(%v) = %v, %v, want %v, %v", test.addr, got, ok, test.want, test.wantOK)
 			}
 		})
 	}

@@ -1,0 +1,472 @@
+// Package connserver serves the accepted connections of one listener of an
+// xDS server, each with a grpc.Server of its own: gRPC's public API can only
+// drain a grpc.Server as a whole, and gRFC A36 (as extended here) drains
+// exactly the connections whose filter chain changed, or which a new
+// Listener would give to another chain. Draining a connection gracefully
+// stops its server (GOAWAY, in-flight RPCs finish), then stops it when the
+// drain grace time is over; the listening socket is never involved.
+//
+// A Group is the per-listener owner: it holds the ChainServers (one per
+// filter chain in service, or still serving connections after it left
+// service), and starts and waits for every goroutine of the package.
+package connserver
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/proxyless-grpc/xds/filterchain"
+	"github.com/proxyless-grpc/xds/internal/server/rpcpath"
+	"github.com/proxyless-grpc/xds/internal/server/security"
+	"github.com/proxyless-grpc/xds/internal/server/serverlog"
+	"github.com/proxyless-grpc/xds/internal/syncutil"
+)
+
+// Service is one service registration, replayed into every grpc.Server.
+type Service struct {
+	Desc *grpc.ServiceDesc
+	Impl any
+}
+
+// Options configure a Group. Immutable once given.
+type Options struct {
+	// GRPCOptions are the user's server options; each grpc.Server also
+	// gets its chain's tap handle.
+	GRPCOptions []grpc.ServerOption
+	// Services are registered on every grpc.Server.
+	Services []Service
+	// DrainGrace is how long a drained connection keeps its RPCs after its
+	// GOAWAY; DrainJitter spreads the GOAWAYs of one drain over a window.
+	DrainGrace, DrainJitter time.Duration
+	// Log is the listener's logger.
+	Log *serverlog.Logger
+}
+
+// Group serves the connections of one listener.
+type Group struct {
+	opts Options // immutable
+
+	closing  *syncutil.Event // fired when the listener starts closing: drains get no deadline
+	graceful *syncutil.Event // fired by a graceful close: drains skip their jitter delay
+	hardStop *syncutil.Event // fired by a hard close: drains stop their servers at once
+	// reaper stops the grpc.Servers of connections that closed on their
+	// own (a server holds gRPC resources, such as its channelz entry, until
+	// stopped); closed by Close, after every other server has stopped.
+	reaper *syncutil.CallbackSerializer
+
+	mu sync.Mutex
+	// servers are the ChainServers not yet gone: in service, or retired
+	// with connections left. Guarded by mu.
+	servers map[*ChainServer]struct{}
+	// wg counts the drain goroutines; Close waits for it.
+	wg sync.WaitGroup
+}
+
+// NewGroup returns an empty Group; it starts the reaper goroutine, which
+// Close stops.
+func NewGroup(o Options) *Group {
+	return &Group{
+		opts:     o,
+		closing:  syncutil.NewEvent(),
+		graceful: syncutil.NewEvent(),
+		hardStop: syncutil.NewEvent(),
+		reaper:   syncutil.NewCallbackSerializer(),
+		servers:  make(map[*ChainServer]struct{}),
+	}
+}
+
+// NewChainServer returns the server of the filter chain fc, whose RPCs
+// route with routes and whose handshakes use sec (nil without TLS).
+// onGone is called once, when the chain server is retired and its last
+// connection has closed: it releases what the chain held.
+func (g *Group) NewChainServer(fc *filterchain.FilterChain, routes *rpcpath.Source, sec *security.Chain, onGone func()) *ChainServer {
+	cs := &ChainServer{
+		g:      g,
+		chain:  fc,
+		sec:    sec,
+		onGone: onGone,
+		conns:  make(map[*Conn]struct{}),
+	}
+	cs.grpcOpts = make([]grpc.ServerOption, 0, len(g.opts.GRPCOptions)+1)
+	cs.grpcOpts = append(cs.grpcOpts, g.opts.GRPCOptions...)
+	cs.grpcOpts = append(cs.grpcOpts, grpc.InTapHandle(rpcpath.Tap(fc.Name, routes)))
+	g.mu.Lock()
+	g.servers[cs] = struct{}{}
+	g.mu.Unlock()
+	return cs
+}
+
+// removeServer forgets a chain server that is retired and has no
+// connection left.
+func (g *Group) removeServer(cs *ChainServer) {
+	g.mu.Lock()
+	delete(g.servers, cs)
+	g.mu.Unlock()
+	cs.sec.Release()
+	cs.onGone()
+}
+
+// BeginClose marks the listener closing, before its accept loop stops:
+// drains started from now have no grace deadline; with graceful they send
+// their GOAWAYs at once, without it they stop their servers.
+func (g *Group) BeginClose(graceful bool) {
+	g.closing.Fire()
+	if graceful {
+		g.graceful.Fire()
+	} else {
+		g.hardStop.Fire()
+	}
+}
+
+// ForceStop turns a graceful close in progress into a hard one: drains not
+// yet at their GOAWAY stop their servers at once, and every connection's
+// server is stopped, which ends the GracefulStops waiting for RPCs. Safe to
+// call concurrently with Close.
+func (g *Group) ForceStop() {
+	g.hardStop.Fire()
+	for _, cs := range g.snapshot() {
+		cs.stopAll()
+	}
+}
+
+// Close retires every chain server (their connections drain: gracefully,
+// or at once without graceful) and returns once every connection's server
+// has stopped and every goroutine of the group has exited. Call it after
+// BeginClose and once no connection can be added.
+func (g *Group) Close(graceful bool) {
+	servers := g.snapshot()
+	for _, cs := range servers {
+		// Connections already draining keep their drain, which sees the
+		// close events.
+		cs.Retire()
+	}
+	if !graceful {
+		for _, cs := range servers {
+			cs.stopAll()
+		}
+	}
+	g.wg.Wait()
+	g.reaper.Close()
+	<-g.reaper.Done()
+}
+
+func (g *Group) snapshot() []*ChainServer {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]*ChainServer, 0, len(g.servers))
+	for cs := range g.servers {
+		out = append(out, cs)
+	}
+	return out
+}
+
+// ChainServers returns the chain servers not yet gone: those in service and
+// the retired ones that still have connections.
+func (g *Group) ChainServers() []*ChainServer { return g.snapshot() }
+
+// wait waits for ch, at most d, and returns early (false) on a hard stop;
+// it reports whether ch was closed.
+func (g *Group) wait(ch <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
+	case <-g.hardStop.Done():
+		return false
+	}
+}
+
+// ChainServer serves the connections of one filter chain for as long as the
+// chain is in service (one ChainServer may outlive several Listener updates
+// that leave its chain unchanged), and its draining connections after.
+type ChainServer struct {
+	// Immutable after NewChainServer.
+	g        *Group
+	chain    *filterchain.FilterChain
+	sec      *security.Chain     // nil without TLS; released when the chain server is gone
+	onGone   func()              // called once by removeServer
+	grpcOpts []grpc.ServerOption // the user's options and the chain's tap handle
+
+	mu sync.Mutex
+	// retired is set when the chain left service: no connection is added,
+	// and the chain server is gone once its last connection is. Guarded by
+	// mu.
+	retired bool
+	// conns are the connections not yet closed, draining or not. Guarded by
+	// mu.
+	conns map[*Conn]struct{}
+}
+
+// Chain returns the filter chain.
+func (cs *ChainServer) Chain() *filterchain.FilterChain { return cs.chain }
+
+// NewServer returns a grpc.Server for one connection of the chain: the
+// user's options, the chain's tap handle and the registered services. It
+// takes no lock; hand the server to Add.
+func (cs *ChainServer) NewServer() *grpc.Server {
+	srv := grpc.NewServer(cs.grpcOpts...)
+	for _, s := range cs.g.opts.Services {
+		srv.RegisterService(s.Desc, s.Impl)
+	}
+	return srv
+}
+
+// Add records c, from src to dst, served by srv (from NewServer), and
+// returns it, or nil, without taking c, when the chain server is retired.
+// The caller then calls Conn.Serve. Called with the listener's lock that
+// orders additions with configuration changes; it never blocks on I/O.
+func (cs *ChainServer) Add(c net.Conn, src, dst netip.AddrPort, srv *grpc.Server) *Conn {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.retired {
+		return nil
+	}
+	tc := &Conn{cs: cs, srv: srv, started: make(chan struct{})}
+	tc.conn = newConn(c, cs.chain, src, dst, func() { cs.connClosed(tc) })
+	cs.conns[tc] = struct{}{}
+	return tc
+}
+
+// connClosed forgets a closed connection and stops its server. Called by
+// the conn's first Close, which may be inside gRPC (even inside
+// grpc.Server.Stop), so the server is stopped on the reaper goroutine. The
+// reaper is scheduled under cs.mu, so that once Close has taken cs.mu after
+// draining cs, every server of a connection closed before is queued.
+func (cs *ChainServer) connClosed(tc *Conn) {
+	tc.startOnce.Do(func() { close(tc.started) })
+	cs.mu.Lock()
+	delete(cs.conns, tc)
+	if !tc.draining {
+		// A draining connection's server is stopped by its drain.
+		srv := tc.srv
+		cs.g.reaper.TrySchedule(func(context.Context) { srv.Stop() })
+	}
+	gone := cs.retired && len(cs.conns) == 0
+	cs.mu.Unlock()
+	if gone {
+		cs.g.removeServer(cs)
+	}
+}
+
+// Stats counts a chain server's connections.
+type Stats struct {
+	// Live are the connections in service; Draining those sent, or about
+	// to be sent, a GOAWAY.
+	Live, Draining int
+	// Retired reports that the chain left service.
+	Retired bool
+}
+
+// Stats returns the chain server's connection counts now.
+func (cs *ChainServer) Stats() Stats {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	st := Stats{Retired: cs.retired}
+	for c := range cs.conns {
+		if c.draining {
+			st.Draining++
+		} else {
+			st.Live++
+		}
+	}
+	return st
+}
+
+// Rerouted returns the live, not draining connections that t would not
+// route to a chain with cs's chain ID. Called with the listener's lock
+// held, before a new configuration is published.
+func (cs *ChainServer) Rerouted(t *filterchain.Table) []*Conn {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	var out []*Conn
+	for c := range cs.conns {
+		if c.draining {
+			continue
+		}
+		if fc := t.Lookup(c.Source(), c.Destination()); fc == nil || fc.ID != cs.chain.ID {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Retire takes cs out of service: it takes no new connection and every
+// connection is drained.
+func (cs *ChainServer) Retire() {
+	cs.mu.Lock()
+	cs.retired = true
+	conns := make([]*Conn, 0, len(cs.conns))
+	for c := range cs.conns {
+		conns = append(conns, c)
+	}
+	gone := len(cs.conns) == 0
+	cs.mu.Unlock()
+	if gone {
+		cs.g.removeServer(cs)
+	}
+	cs.Drain(conns)
+}
+
+// Drain drains each of conns, unless already draining: a GOAWAY after a
+// random delay in [0, DrainJitter), then the connection is closed when its
+// RPCs have finished or the drain grace time is over. A drain started by a
+// graceful close has no jitter and no deadline; after a hard close,
+// connections are closed at once. One goroutine per drained connection,
+// owned by the Group.
+func (cs *ChainServer) Drain(conns []*Conn) {
+	g := cs.g
+	deadline := !g.closing.HasFired()
+	cs.mu.Lock()
+	todo := conns[:0:0]
+	for _, c := range conns {
+		if !c.draining {
+			c.draining = true
+			todo = append(todo, c)
+		}
+	}
+	cs.mu.Unlock()
+	for _, c := range todo {
+		var delay time.Duration
+		if j := g.opts.DrainJitter; j > 0 && deadline {
+			delay = rand.N(j)
+		}
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			c.drain(delay, deadline)
+		}()
+	}
+}
+
+// stopAll stops the server of every connection of cs at once, cutting short
+// the drains in progress.
+func (cs *ChainServer) stopAll() {
+	cs.mu.Lock()
+	srvs := make([]*grpc.Server, 0, len(cs.conns))
+	for c := range cs.conns {
+		srvs = append(srvs, c.srv)
+	}
+	cs.mu.Unlock()
+	for _, srv := range srvs {
+		srv.Stop()
+	}
+}
+
+// maxStartWait bounds how long a drain waits for gRPC to start serving a
+// connection it was just handed.
+const maxStartWait = time.Second
+
+// Conn is one connection of a ChainServer and the grpc.Server that serves
+// it. It also tells when gRPC has started serving it: grpc.Server closes,
+// without a byte written, a connection it accepted but whose serving
+// goroutine had not started when GracefulStop was called, so a drain waits
+// for that point. grpc-go (1.85) sets the connection's deadline (for the
+// handshake) right after that check, which is the signal used; closing the
+// connection counts as well. The embedded *conn keeps its methods
+// (ReadOnReady, ...) visible to gRPC; ChainSecurity is what the credentials
+// read.
+type Conn struct {
+	*conn
+	cs      *ChainServer  // immutable
+	srv     *grpc.Server  // immutable
+	started chan struct{} // closed once gRPC serves the conn, or it closed
+	// startOnce closes started.
+	startOnce sync.Once
+	draining  bool // guarded by cs.mu
+}
+
+var _ security.Conn = (*Conn)(nil)
+
+// ChainSecurity implements security.Conn: the TLS of the connection's
+// chain, nil without transport_socket.
+func (c *Conn) ChainSecurity() *security.Chain { return c.cs.sec }
+
+// SetDeadline marks the connection started and sets the deadline.
+func (c *Conn) SetDeadline(t time.Time) error {
+	c.startOnce.Do(func() { close(c.started) })
+	return c.conn.SetDeadline(t)
+}
+
+// Serve hands c to its server. grpc.Server.Serve returns as soon as the
+// one-connection listener has given its connection (gRPC serves it on its
+// own goroutines), so this does not block.
+func (c *Conn) Serve() {
+	// The error only says that the one-connection listener is exhausted.
+	c.srv.Serve(&oneConnListener{c: c})
+}
+
+// drain waits for delay, sends GOAWAY and waits for the connection's RPCs
+// to end, stopping its server when the drain grace time (if deadline) runs
+// out; a hard stop cuts every phase short. Before the GOAWAY it waits
+// (briefly) until gRPC has started serving the connection, so that it is
+// not closed unserved. The grace deadline is a timer, not a goroutine.
+func (c *Conn) drain(delay time.Duration, deadline bool) {
+	g := c.cs.g
+	if !g.wait(c.started, maxStartWait) && !g.hardStop.HasFired() {
+		g.opts.Log.Warningf("connection %v: gRPC did not start serving it within %v; draining anyway", c.Source(), maxStartWait)
+	}
+	if delay > 0 {
+		g.wait(g.graceful.Done(), delay)
+	}
+	if g.hardStop.HasFired() {
+		c.srv.Stop()
+		return
+	}
+	if !deadline {
+		c.srv.GracefulStop()
+		return
+	}
+	stopped := make(chan struct{})
+	t := time.AfterFunc(g.opts.DrainGrace, func() {
+		g.opts.Log.Infof("drain grace time (%v) over: closing connection %v of filter chain %q", g.opts.DrainGrace, c.Source(), c.cs.chain.Name)
+		c.srv.Stop()
+		close(stopped)
+	})
+	c.srv.GracefulStop()
+	if !t.Stop() {
+		<-stopped // the timer's function has run or is running: wait for it
+	}
+}
+
+// errOneConnDone is what oneConnListener.Accept returns once its connection
+// was taken. It is not temporary, so grpc.Server.Serve returns.
+var errOneConnDone = errors.New("xds: connection handed over")
+
+// oneConnListener is the listener of one connection's grpc.Server: Accept
+// returns the connection once, then fails, so Serve returns at once while
+// gRPC keeps serving the connection.
+type oneConnListener struct {
+	c     *Conn       // immutable; owned by gRPC once taken
+	taken atomic.Bool // set by the first Accept or Close
+}
+
+// Accept returns the connection the first time, errOneConnDone after.
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	if l.taken.Swap(true) {
+		return nil, errOneConnDone
+	}
+	return l.c, nil
+}
+
+// Close closes the connection if it was never taken (the server was
+// stopped before Serve), else does nothing: gRPC owns it.
+func (l *oneConnListener) Close() error {
+	if !l.taken.Swap(true) {
+		l.c.Close()
+	}
+	return nil
+}
+
+// Addr returns the connection's local address.
+func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }

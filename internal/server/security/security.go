@@ -1,0 +1,340 @@
+// Package security is the transport security of an xDS server (gRFC A29):
+// transport credentials that give each connection the TLS of its filter
+// chain, and the per-chain state they use, the chain's certificate
+// providers.
+//
+// The credentials find a connection's chain through the small interface
+// Conn, which the server's connections implement; a connection without one,
+// or whose chain has no transport_socket, uses the fallback credentials.
+package security
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"net/url"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/credentials"
+
+	"github.com/proxyless-grpc/xds/bootstrap"
+	"github.com/proxyless-grpc/xds/filterchain"
+	"github.com/proxyless-grpc/xds/internal/certprovider"
+	"github.com/proxyless-grpc/xds/internal/server/serverlog"
+)
+
+// Conn is implemented by the connections an xDS server hands to gRPC.
+type Conn interface {
+	net.Conn
+	// ChainSecurity returns the security of the connection's filter chain;
+	// nil when the chain has no transport_socket.
+	ChainSecurity() *Chain
+}
+
+// NewCredentials returns server transport credentials that do the TLS or
+// mutual TLS of each connection's filter chain, and use fallback for a
+// connection without one (no transport_socket, or not from an xDS server).
+func NewCredentials(fallback credentials.TransportCredentials) credentials.TransportCredentials {
+	return &serverCreds{fallback: fallback}
+}
+
+// serverCreds implements NewCredentials. Immutable.
+type serverCreds struct {
+	fallback credentials.TransportCredentials
+}
+
+// ServerHandshake does TLS or mTLS as the connection's filter chain says,
+// or the fallback credentials' handshake. A failed handshake closes only
+// that connection and never falls back.
+func (c *serverCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	sc, ok := raw.(Conn)
+	if !ok {
+		return c.fallback.ServerHandshake(raw)
+	}
+	ch := sc.ChainSecurity()
+	if ch == nil {
+		return c.fallback.ServerHandshake(raw)
+	}
+	return ch.handshake(raw)
+}
+
+// ClientHandshake fails: these are server credentials.
+func (c *serverCreds) ClientHandshake(context.Context, string, net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, errors.New("xds: the credentials of NewServerCredentials cannot be used by a client")
+}
+
+// Info describes the credentials: TLS, the protocol of xDS security.
+func (c *serverCreds) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "tls"}
+}
+
+// Clone returns a copy of the credentials.
+func (c *serverCreds) Clone() credentials.TransportCredentials {
+	return &serverCreds{fallback: c.fallback.Clone()}
+}
+
+// OverrideServerName does nothing: a server has no server name to check.
+//
+// Deprecated: as in credentials.TransportCredentials.
+func (c *serverCreds) OverrideServerName(string) error { return nil }
+
+// store runs the certificate providers of every xDS server of the process,
+// so that identical provider configurations are read once (gRFC A29
+// "deduping and reference counting").
+var store = certprovider.NewStore(func(format string, args ...any) {
+	serverlog.Component.Warningf(format, args...)
+})
+
+// ProviderRefs returns how many filter chains in service hold the
+// certificate provider of cfg; 0 when it is not running. For tests.
+func ProviderRefs(cfg bootstrap.FileWatcherConfig) int { return store.Refs(cfg) }
+
+// Chain is the security of one filter chain in service: its validated TLS
+// configuration and the certificate providers it names, taken by the first
+// handshake that needs them and released with Release, so that a provider
+// runs exactly while a chain in service uses it. Safe for concurrent use.
+type Chain struct {
+	// Immutable.
+	name      string
+	sec       *filterchain.Security
+	providers map[string]*bootstrap.CertProviderConfig
+	log       *HandshakeLog
+
+	mu       sync.Mutex
+	released bool                 // guarded by mu
+	identity *certprovider.Handle // guarded by mu; nil until the first handshake
+	roots    *certprovider.Handle // guarded by mu; nil without a validation context
+}
+
+// NewChain returns the security of the filter chain fc, or nil when fc has
+// no transport_socket (the fallback credentials apply). providers are the
+// bootstrap's certificate_providers; failed handshakes are logged to log.
+func NewChain(fc *filterchain.FilterChain, providers map[string]*bootstrap.CertProviderConfig, log *HandshakeLog) *Chain {
+	if fc.Security == nil {
+		return nil
+	}
+	return &Chain{name: fc.Name, sec: fc.Security, providers: providers, log: log}
+}
+
+// Release gives the providers back; later handshakes on the chain fail.
+// Safe to call more than once, and on a nil Chain.
+func (c *Chain) Release() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	c.released = true
+	id, roots := c.identity, c.roots
+	c.identity, c.roots = nil, nil
+	c.mu.Unlock()
+	if id != nil {
+		id.Release()
+	}
+	if roots != nil {
+		roots.Release()
+	}
+}
+
+// handshake does the TLS handshake of raw with the chain's current key
+// material. The deadline gRPC set on raw bounds it.
+func (c *Chain) handshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	src := addrPort(raw.RemoteAddr())
+	cfg, err := c.tlsConfig()
+	if err != nil {
+		c.log.failed(c.name, src, err)
+		return nil, nil, fmt.Errorf("xds: TLS handshake with %v on filter chain %q: %w", raw.RemoteAddr(), c.name, err)
+	}
+	conn := tls.Server(raw, cfg)
+	if err := conn.HandshakeContext(context.Background()); err != nil {
+		if errors.Is(err, io.EOF) {
+			// The peer closed without a handshake, as TCP health checks
+			// do: not worth a warning each time.
+			c.log.log.Infof("filter chain %q: %v closed the connection before the TLS handshake", c.name, raw.RemoteAddr())
+		} else {
+			c.log.failed(c.name, src, err)
+		}
+		return nil, nil, fmt.Errorf("xds: TLS handshake with %v on filter chain %q failed: %w", raw.RemoteAddr(), c.name, err)
+	}
+	state := conn.ConnectionState()
+	return conn, credentials.TLSInfo{
+		State:          state,
+		SPIFFEID:       spiffeID(state),
+		CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity},
+	}, nil
+}
+
+var errReleased = errors.New("the filter chain is no longer in service")
+
+// handles returns the chain's providers, taking them on the first call.
+// The providers are taken (which may read files) without holding c.mu.
+func (c *Chain) handles() (identity, roots *certprovider.Handle, err error) {
+	c.mu.Lock()
+	released, id, r := c.released, c.identity, c.roots
+	c.mu.Unlock()
+	switch {
+	case released:
+		return nil, nil, errReleased
+	case id != nil:
+		return id, r, nil
+	}
+	if id, err = getProvider(c.providers, c.sec.IdentityInstance); err != nil {
+		return nil, nil, err
+	}
+	if c.sec.MutualTLS() {
+		if r, err = getProvider(c.providers, c.sec.RootInstance); err != nil {
+			id.Release()
+			return nil, nil, err
+		}
+	}
+	c.mu.Lock()
+	if c.released || c.identity != nil {
+		// Released meanwhile, or another handshake took them first.
+		released, keptID, keptRoots := c.released, c.identity, c.roots
+		c.mu.Unlock()
+		id.Release()
+		if r != nil {
+			r.Release()
+		}
+		if released {
+			return nil, nil, errReleased
+		}
+		return keptID, keptRoots, nil
+	}
+	c.identity, c.roots = id, r
+	c.mu.Unlock()
+	return id, r, nil
+}
+
+// getProvider takes a handle on the provider of a bootstrap instance.
+// Listener validation has checked that it exists with the file_watcher
+// plugin.
+func getProvider(providers map[string]*bootstrap.CertProviderConfig, instance string) (*certprovider.Handle, error) {
+	p := providers[instance]
+	if p == nil || p.FileWatcher == nil {
+		return nil, fmt.Errorf("certificate provider instance %q is not a file_watcher of the bootstrap", instance)
+	}
+	return store.Get(*p.FileWatcher), nil
+}
+
+// tlsConfig returns the TLS configuration of a new handshake, with the
+// providers' current key material.
+func (c *Chain) tlsConfig() (*tls.Config, error) {
+	id, roots, err := c.handles()
+	if err != nil {
+		return nil, err
+	}
+	km, err := id.KeyMaterial()
+	if err != nil {
+		return nil, fmt.Errorf("identity certificate provider instance %q: %w", c.sec.IdentityInstance, err)
+	}
+	if len(km.Certs) == 0 {
+		return nil, fmt.Errorf("identity certificate provider instance %q has no certificate_file", c.sec.IdentityInstance)
+	}
+	cfg := &tls.Config{
+		Certificates: km.Certs,
+		MinVersion:   tls.VersionTLS12,
+		NextProtos:   []string{"h2"}, // gRPC clients insist on ALPN h2
+	}
+	if roots == nil {
+		return cfg, nil
+	}
+	rkm, err := roots.KeyMaterial()
+	if err != nil {
+		return nil, fmt.Errorf("root certificate provider instance %q: %w", c.sec.RootInstance, err)
+	}
+	if rkm.Roots == nil {
+		return nil, fmt.Errorf("root certificate provider instance %q has no ca_certificate_file", c.sec.RootInstance)
+	}
+	cfg.ClientCAs = rkm.Roots
+	cfg.ClientAuth = tls.VerifyClientCertIfGiven
+	if c.sec.RequireClientCert {
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}
+
+// spiffeID returns the SPIFFE ID of the peer's certificate: its URI SAN if
+// it has exactly one URI SAN, with scheme spiffe; nil otherwise.
+func spiffeID(state tls.ConnectionState) *url.URL {
+	if len(state.PeerCertificates) == 0 {
+		return nil
+	}
+	uris := state.PeerCertificates[0].URIs
+	if len(uris) != 1 || uris[0].Scheme != "spiffe" {
+		return nil
+	}
+	return uris[0]
+}
+
+// addrPort converts a TCP address; the zero value for other kinds.
+func addrPort(a net.Addr) netip.AddrPort {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		ap := ta.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	return netip.AddrPort{}
+}
+
+// handshakeLogInterval is how often, at most, handshake failures of one
+// filter chain are logged at warning level.
+const handshakeLogInterval = time.Minute
+
+// HandshakeLog limits the logging of failed handshakes (TLS, mTLS) of one
+// listener: a client with a bad certificate retries forever, and one line
+// per attempt would drown the log. The first failure of each filter chain is
+// logged at once; later ones at most once per handshakeLogInterval, with the
+// number of failures left out since. Every failure is logged at info level
+// (verbosity 2). Safe for concurrent use.
+type HandshakeLog struct {
+	log *serverlog.Logger // immutable
+
+	mu     sync.Mutex
+	chains map[string]*handshakeLogState // guarded by mu; by filter chain name
+	now    func() time.Time              // immutable; time.Now except in tests
+}
+
+type handshakeLogState struct {
+	last       time.Time // when the last warning was logged
+	suppressed int       // failures not logged at warning level since
+}
+
+// NewHandshakeLog returns the handshake log of the listener logging to log.
+func NewHandshakeLog(log *serverlog.Logger) *HandshakeLog {
+	return &HandshakeLog{log: log, chains: make(map[string]*handshakeLogState), now: time.Now}
+}
+
+// failed logs a failed handshake of a connection from src on the filter
+// chain named chain; once per failed handshake, never per RPC.
+func (h *HandshakeLog) failed(chain string, src netip.AddrPort, err error) {
+	now := h.now()
+	h.mu.Lock()
+	st := h.chains[chain]
+	if st == nil {
+		st = &handshakeLogState{}
+		h.chains[chain] = st
+	}
+	warn := st.last.IsZero() || now.Sub(st.last) >= handshakeLogInterval
+	suppressed := st.suppressed
+	if warn {
+		st.last, st.suppressed = now, 0
+	} else {
+		st.suppressed++
+	}
+	h.mu.Unlock()
+
+	switch {
+	case !warn:
+		if h.log.V(2) {
+			h.log.Infof("filter chain %q: TLS handshake with %v failed: %v", chain, src, err)
+		}
+	case suppressed > 0:
+		h.log.Warningf("filter chain %q: TLS handshake with %v failed: %v (%d more failure(s) since the last warning, logged at verbosity 2)", chain, src, err, suppressed)
+	default:
+		h.log.Warningf("filter chain %q: TLS handshake with %v failed: %v", chain, src, err)
+	}
+}
