@@ -149,7 +149,7 @@ type clientPoolOption struct {
 // serverOptions are the options of NewGRPCServer, split into this package's
 // and gRPC's. Immutable after parseOptions returns.
 type serverOptions struct {
-	modeCallback func(net.Addr, ServingModeChangeArgs) // nil: log transitions
+	onModeChange func(net.Addr, ServingModeChangeArgs) // nil: log transitions
 	drainGrace   time.Duration
 	drainJitter  time.Duration
 	bootstrap    []byte // nil: read the environment
@@ -161,6 +161,18 @@ type serverOptions struct {
 	grpcOpts []grpc.ServerOption
 }
 
+// modeCallback adapts the user's ServingModeCallback for the listeners; nil
+// without one (transitions are then logged).
+func (so *serverOptions) modeCallback() func(net.Addr, connectivity.ServingMode, error) {
+	f := so.onModeChange
+	if f == nil {
+		return nil
+	}
+	return func(addr net.Addr, mode connectivity.ServingMode, err error) {
+		f(addr, ServingModeChangeArgs{Mode: mode, Err: err})
+	}
+}
+
 // parseOptions picks this package's options out of opts; the last of each
 // kind wins, as with gRPC's own options.
 func parseOptions(opts []grpc.ServerOption) (*serverOptions, error) {
@@ -168,7 +180,7 @@ func parseOptions(opts []grpc.ServerOption) (*serverOptions, error) {
 	for _, o := range opts {
 		switch o := o.(type) {
 		case *servingModeCallbackOption:
-			so.modeCallback = o.f
+			so.onModeChange = o.f
 		case *drainGraceTimeOption:
 			if o.d < 0 {
 				return nil, fmt.Errorf("xds: DrainGraceTime(%v): must not be negative", o.d)

@@ -13,7 +13,7 @@ func TestParseOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if so.drainGrace != DefaultDrainGraceTime || so.drainJitter != 0 || so.modeCallback != nil || so.bootstrap != nil {
+	if so.drainGrace != DefaultDrainGraceTime || so.drainJitter != 0 || so.onModeChange != nil || so.bootstrap != nil {
 		t.Errorf("defaults = %+v, want 10m grace, no jitter, no callback, no bootstrap", so)
 	}
 

@@ -11,6 +11,9 @@ import (
 	"google.golang.org/grpc/tap"
 
 	"github.com/proxyless-grpc/xds/bootstrap"
+	"github.com/proxyless-grpc/xds/internal/server/connserver"
+	"github.com/proxyless-grpc/xds/internal/server/listener"
+	"github.com/proxyless-grpc/xds/internal/server/serverlog"
 	"github.com/proxyless-grpc/xds/xdsclient"
 )
 
@@ -35,19 +38,13 @@ type GRPCServer struct {
 	mu sync.Mutex
 	// services are the registrations, replayed into every grpc.Server the
 	// server creates. Guarded by mu; never changes once serving is true.
-	services []serviceRegistration
-	serving  bool                          // guarded by mu; a Serve was called
-	stopped  bool                          // guarded by mu; Stop or GracefulStop was called
-	lis      map[*listenerWrapper]struct{} // guarded by mu; every Serve's wrapper
+	services []connserver.Service
+	serving  bool                            // guarded by mu; a Serve was called
+	stopped  bool                            // guarded by mu; Stop or GracefulStop was called
+	lis      map[*listener.Listener]struct{} // guarded by mu; every Serve's listener
 	// stopDone is closed when the first Stop or GracefulStop has finished;
 	// later calls wait for it. Immutable pointer.
 	stopDone chan struct{}
-}
-
-// serviceRegistration is one RegisterService call. Immutable.
-type serviceRegistration struct {
-	desc *grpc.ServiceDesc
-	impl any
 }
 
 // NewGRPCServer returns an xDS-enabled gRPC server. opts may mix this
@@ -96,7 +93,7 @@ func NewGRPCServer(opts ...grpc.ServerOption) (*GRPCServer, error) {
 		client:   client,
 		release:  release,
 		catalog:  catalog,
-		lis:      make(map[*listenerWrapper]struct{}),
+		lis:      make(map[*listener.Listener]struct{}),
 		stopDone: make(chan struct{}),
 	}, nil
 }
@@ -122,11 +119,11 @@ func (s *GRPCServer) RegisterService(sd *grpc.ServiceDesc, ss any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.serving {
-		logger.Errorf("xds: RegisterService(%q) after Serve: ignored", sd.ServiceName)
+		serverlog.Component.Errorf("xds: RegisterService(%q) after Serve: ignored", sd.ServiceName)
 		return
 	}
 	s.catalog.RegisterService(sd, ss)
-	s.services = append(s.services, serviceRegistration{desc: sd, impl: ss})
+	s.services = append(s.services, connserver.Service{Desc: sd, Impl: ss})
 }
 
 // GetServiceInfo returns the registered services and their methods, as
@@ -171,17 +168,23 @@ func (s *GRPCServer) Serve(lis net.Listener) error {
 		return fmt.Errorf("xds: %w", err) // checked by NewGRPCServer: cannot happen
 	}
 	s.serving = true
-	lw := newListenerWrapper(listenerParams{
-		lis:      lis,
-		addr:     addr,
-		name:     name,
-		opts:     s.opts,
-		client:   s.client,
-		services: s.services,
+	l := listener.New(listener.Params{
+		Lis:          lis,
+		Addr:         addr,
+		Name:         name,
+		Client:       s.client,
+		ModeCallback: s.opts.modeCallback(),
+		Conns: connserver.Options{
+			GRPCOptions: s.opts.grpcOpts,
+			Services:    s.services,
+			DrainGrace:  s.opts.drainGrace,
+			DrainJitter: s.opts.drainJitter,
+		},
+		Metrics: s.opts.metrics.Listener(addr.String()),
 	})
-	s.lis[lw] = struct{}{}
+	s.lis[l] = struct{}{}
 	s.mu.Unlock()
-	return lw.serve()
+	return l.Serve()
 }
 
 // Stop stops the server at once: it closes every listener passed to Serve
@@ -198,38 +201,43 @@ func (s *GRPCServer) GracefulStop() { s.stop(true) }
 func (s *GRPCServer) stop(graceful bool) {
 	s.mu.Lock()
 	if s.stopped {
-		var lws []*listenerWrapper
+		var ls []*listener.Listener
 		if !graceful {
-			for lw := range s.lis {
-				lws = append(lws, lw)
+			for l := range s.lis {
+				ls = append(ls, l)
 			}
 		}
 		s.mu.Unlock()
 		// As with grpc.Server: a Stop during a GracefulStop cuts it short,
 		// closing the connections whose RPCs it was waiting for.
-		for _, lw := range lws {
-			lw.forceStop()
+		for _, l := range ls {
+			l.ForceStop()
 		}
 		<-s.stopDone
 		return
 	}
 	s.stopped = true
-	lws := make([]*listenerWrapper, 0, len(s.lis))
-	for lw := range s.lis {
-		lws = append(lws, lw)
+	ls := make([]*listener.Listener, 0, len(s.lis))
+	for l := range s.lis {
+		ls = append(ls, l)
 	}
 	s.mu.Unlock()
 
 	var wg sync.WaitGroup
-	for _, lw := range lws {
+	for _, l := range ls {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lw.close(graceful)
+			l.Close(graceful)
 		}()
 	}
 	wg.Wait()
 	s.catalog.Stop()
 	s.release()
 	close(s.stopDone)
+}
+
+// unmapAddrPort returns ap with an IPv4-mapped IPv6 address unmapped.
+func unmapAddrPort(ap netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }

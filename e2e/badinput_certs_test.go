@@ -1,4 +1,4 @@
-package xds_test
+package e2e_test
 
 import (
 	"crypto/ecdsa"
@@ -69,7 +69,6 @@ func writeFile(t *testing.T, path string, b []byte) {
 // mTLS handshakes, be logged, and change nothing else: the serving mode
 // stays SERVING and the plaintext chain keeps working.
 func TestBadInputCerts(t *testing.T) {
-	logs := installLogRecorder(t) // first: restored after the servers stopped
 	tests := []struct {
 		desc string
 		// files writes the identity files into dir and returns the
@@ -158,6 +157,7 @@ func TestBadInputCerts(t *testing.T) {
 				return withTransportSocket(t, l, "mtls", downstreamTLS(true, true))
 			})
 			client := pki.ca.Issue(t, testcerts.LeafOptions{CommonName: "client"})
+			logs := warningsOf("[listener " + addr.String() + "]")
 			plain := newClient(t, addr, "127.0.0.2", 0)
 			if got := plain.chainOf(ctx, t, "plain", "mtls"); got != "plain" {
 				t.Fatalf("plaintext client served by chain %q, want plain", got)

@@ -1,4 +1,4 @@
-package xds_test
+package e2e_test
 
 // The bad-input matrix (issue 9, item 2): one xDS server, one management
 // server and one client connection are reused while malformed or

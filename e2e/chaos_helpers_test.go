@@ -1,4 +1,4 @@
-package xds_test
+package e2e_test
 
 // Helpers of the chaos tests (chaos_ext_test.go): an xDS server whose
 // management server is reached through a chaosproxy, continuous RPC load

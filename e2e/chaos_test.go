@@ -1,4 +1,4 @@
-package xds_test
+package e2e_test
 
 // Chaos tests: control-plane faults under continuous RPC load. The xDS
 // server reaches a real management server through a chaosproxy that cuts,

@@ -1,4 +1,4 @@
-package xds_test
+package e2e_test
 
 // End-to-end tests with the resource shapes real control planes send.
 //

@@ -1,4 +1,4 @@
-package xds_test
+package e2e_test
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 
 	"github.com/proxyless-grpc/xds"
 	"github.com/proxyless-grpc/xds/bootstrap"
+	"github.com/proxyless-grpc/xds/internal/server/security"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 	"github.com/proxyless-grpc/xds/internal/testutils/testcerts"
 )
@@ -316,7 +317,7 @@ func TestCredsProvidersStartLazilyAndStop(t *testing.T) {
 		return withTransportSocket(t, simpleListener(a), "A", downstreamTLS(false, false))
 	}, xds.DrainGraceTime(0))
 	identity := bootstrap.FileWatcherConfig{CertificateFile: pki.serverFiles.Cert, PrivateKeyFile: pki.serverFiles.Key, RefreshInterval: time.Hour}
-	if got := xds.CertProviderRefs(identity); got != 0 {
+	if got := security.ProviderRefs(identity); got != 0 {
 		t.Errorf("before any handshake, provider refs = %d, want 0 (started lazily)", got)
 	}
 	for range 2 {
@@ -324,12 +325,12 @@ func TestCredsProvidersStartLazilyAndStop(t *testing.T) {
 			t.Fatalf("EmptyCall: %v, want OK", code)
 		}
 	}
-	if got := xds.CertProviderRefs(identity); got != 1 {
+	if got := security.ProviderRefs(identity); got != 1 {
 		t.Errorf("after two connections on one chain, provider refs = %d, want 1", got)
 	}
 	// The TLS chain is replaced by a plaintext one: its connections drain.
 	env.update(ctx, t, []*listenerpb.Listener{testListener(addr, []chainSpec{{name: "B"}}, nil)}, nil)
-	for xds.CertProviderRefs(identity) != 0 {
+	for security.ProviderRefs(identity) != 0 {
 		if ctx.Err() != nil {
 			t.Fatal("the provider of a chain no longer in service is still running")
 		}
@@ -340,9 +341,6 @@ func TestCredsProvidersStartLazilyAndStop(t *testing.T) {
 // A failed handshake is logged once, with the peer, the filter chain and
 // the reason.
 func TestCredsHandshakeFailureLogged(t *testing.T) {
-	// Installed first, so that it is restored after everything has stopped
-	// (grpclog.SetLoggerV2 must not race with logging).
-	logs := installLogRecorder(t)
 	ctx := testContext(t)
 	pki := newTestPKI(t)
 	env := newTLSTestEnv(t, pki, time.Hour)
@@ -368,6 +366,7 @@ func TestCredsHandshakeFailureLogged(t *testing.T) {
 		t.Fatal("TLS connection with a certificate of another CA was accepted")
 	}
 	local := conn.LocalAddr().String()
+	logs := warningsOf("[listener " + addr.String() + "]")
 	logs.waitCount(ctx, t, 1, "TLS handshake", local, `"A"`, "certificate")
 	time.Sleep(defaultTestShortTimeout)
 	if n := logs.count("TLS handshake", local); n != 1 {

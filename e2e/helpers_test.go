@@ -1,4 +1,4 @@
-package xds_test
+package e2e_test
 
 // Shared helpers of the end-to-end tests of package xds: a real management
 // server (e2e.StartManagementServer), a real xds.GRPCServer serving the
@@ -41,6 +41,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/proxyless-grpc/xds"
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 )
 
@@ -62,35 +63,8 @@ func testContext(t *testing.T) context.Context {
 	return ctx
 }
 
-// testService implements grpc.testing.TestService: EmptyCall and UnaryCall
-// answer at once (UnaryCall echoes the payload), FullDuplexCall echoes every
-// message until the client closes its side.
-type testService struct {
-	testgrpc.UnimplementedTestServiceServer
-}
-
-func (testService) EmptyCall(context.Context, *testpb.Empty) (*testpb.Empty, error) {
-	return &testpb.Empty{}, nil
-}
-
-func (testService) UnaryCall(_ context.Context, req *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
-	return &testpb.SimpleResponse{Payload: req.GetPayload()}, nil
-}
-
-func (testService) FullDuplexCall(stream testgrpc.TestService_FullDuplexCallServer) error {
-	for {
-		req, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := stream.Send(&testpb.StreamingOutputCallResponse{Payload: req.GetPayload()}); err != nil {
-			return err
-		}
-	}
-}
+// testService is the grpc.testing.TestService of every test server.
+type testService = testutils.TestService
 
 // --- management server and xDS server ---
 

@@ -1,4 +1,4 @@
-package xds_test
+package e2e_test
 
 // Helpers of the hostile-client tests (hostile_ext_test.go): raw TCP
 // connections that send what a gRPC server does not expect, a canary

@@ -1,4 +1,4 @@
-package xds_test
+package e2e_test
 
 // Hostile clients (issue 9, item 3): garbage bytes, an HTTP/1.1 request, a
 // TLS ClientHello to a plaintext chain, a connection that never sends

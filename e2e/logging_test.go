@@ -1,105 +1,43 @@
-package xds_test
+package e2e_test
 
 import (
 	"context"
-	"fmt"
-	"io"
-	"os"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/grpclog"
 
 	"github.com/proxyless-grpc/xds"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 )
 
-// logRecorder is a grpclog.LoggerV2 (and DepthLoggerV2) that records the
-// warnings it is given.
-type logRecorder struct {
-	mu       sync.Mutex
-	warnings []string
+// logView is the warnings of one test in the process-wide log: those that
+// contain scope, a string no other test's servers log (a listener address,
+// an xDS node ID, a resource name of the test).
+type logView struct{ scope string }
+
+func warningsOf(scope string) logView { return logView{scope: scope} }
+
+// count returns how many of the view's warnings contain every one of words.
+func (l logView) count(words ...string) int {
+	return logs.Count("W", append([]string{l.scope}, words...)...)
 }
 
-func (l *logRecorder) warn(args ...any) {
-	l.mu.Lock()
-	l.warnings = append(l.warnings, fmt.Sprint(args...))
-	l.mu.Unlock()
-}
-
-// count returns how many warnings contain every one of words.
-func (l *logRecorder) count(words ...string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-next:
-	for _, w := range l.warnings {
-		for _, word := range words {
-			if !strings.Contains(w, word) {
-				continue next
-			}
-		}
-		n++
-	}
-	return n
-}
-
-func (l *logRecorder) all() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.warnings...)
-}
+// all returns the lines of the view.
+func (l logView) all() []string { return logs.Matching(l.scope) }
 
 // waitCount waits until count(words...) >= n.
-func (l *logRecorder) waitCount(ctx context.Context, t *testing.T, n int, words ...string) {
+func (l logView) waitCount(ctx context.Context, t *testing.T, n int, words ...string) {
 	t.Helper()
-	for l.count(words...) < n {
-		if ctx.Err() != nil {
-			t.Fatalf("timeout waiting for %d warning(s) containing %q; warnings: %q", n, words, l.all())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func (l *logRecorder) Info(...any)                         {}
-func (l *logRecorder) Infoln(...any)                       {}
-func (l *logRecorder) Infof(string, ...any)                {}
-func (l *logRecorder) Warning(args ...any)                 { l.warn(args...) }
-func (l *logRecorder) Warningln(args ...any)               { l.warn(args...) }
-func (l *logRecorder) Warningf(format string, args ...any) { l.warn(fmt.Sprintf(format, args...)) }
-func (l *logRecorder) Error(...any)                        {}
-func (l *logRecorder) Errorln(...any)                      {}
-func (l *logRecorder) Errorf(string, ...any)               {}
-func (l *logRecorder) Fatal(args ...any)                   { panic(fmt.Sprint(args...)) }
-func (l *logRecorder) Fatalln(args ...any)                 { panic(fmt.Sprint(args...)) }
-func (l *logRecorder) Fatalf(format string, args ...any)   { panic(fmt.Sprintf(format, args...)) }
-func (l *logRecorder) V(int) bool                          { return false }
-func (l *logRecorder) InfoDepth(int, ...any)               {}
-func (l *logRecorder) WarningDepth(_ int, args ...any)     { l.warn(args...) }
-func (l *logRecorder) ErrorDepth(int, ...any)              {}
-func (l *logRecorder) FatalDepth(_ int, args ...any)       { panic(fmt.Sprint(args...)) }
-
-// installLogRecorder makes a logRecorder the process's gRPC logger for the
-// rest of the test. grpclog's logger is a global that is not safe to swap
-// while other goroutines log, so tests using this must not be parallel (and
-// run before the parallel tests start).
-func installLogRecorder(t *testing.T) *logRecorder {
-	l := &logRecorder{}
-	grpclog.SetLoggerV2(l)
-	t.Cleanup(func() { grpclog.SetLoggerV2(grpclog.NewLoggerV2(io.Discard, io.Discard, os.Stderr)) })
-	return l
+	logs.WaitCount(ctx, t, n, "W", append([]string{l.scope}, words...)...)
 }
 
 // TestLogging_ServingModeWithoutCallback checks that without a serving-mode
 // callback every transition is logged at warning level, with the reason for
 // not serving (gRFC A36).
 func TestLogging_ServingModeWithoutCallback(t *testing.T) {
-	logs := installLogRecorder(t) // first: restored after the server stopped
 	ctx := testContext(t)
 	env := newTestEnv(t)
 	s, err := xds.NewGRPCServer(xds.BootstrapContents(env.bootstrap))
@@ -111,6 +49,7 @@ func TestLogging_ServingModeWithoutCallback(t *testing.T) {
 	t.Cleanup(ts.stopAndWait)
 	ts.serveOn(lis)
 	name := e2e.ServerListenerName(hostPort(lis.Addr()))
+	logs := warningsOf(name)
 
 	// Warnings about serving, and about not serving ("not serving" also
 	// contains "serving").
@@ -148,7 +87,6 @@ func TestLogging_ServingModeWithoutCallback(t *testing.T) {
 // is not non_forwarding_action) every update of it logs a warning; when it
 // is fixed one warning says so, and good updates log nothing more.
 func TestLogging_ConfigurationErrors(t *testing.T) {
-	logs := installLogRecorder(t)
 	ctx := testContext(t)
 	env := newTestEnv(t)
 	const rdsName = "rds-config-error-logging"
@@ -166,6 +104,7 @@ func TestLogging_ConfigurationErrors(t *testing.T) {
 	s := env.newServer(t)
 	lis, _ := listen(t, "127.0.0.1")
 	s.serveOn(lis)
+	logs := warningsOf("[listener " + lis.Addr().String() + "]")
 	l := testListener(lis.Addr(), []chainSpec{{name: "A", rds: rdsName}}, nil)
 	updateRoutes := func(rc *routepb.RouteConfiguration) {
 		t.Helper()

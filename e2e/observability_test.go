@@ -1,4 +1,4 @@
-package xds_test
+package e2e_test
 
 import (
 	"strings"
@@ -20,9 +20,9 @@ import (
 // serving-mode callback, no warning for transitions (the callback reports
 // them, and they are logged at info level).
 func TestLogging_Once(t *testing.T) {
-	logs := installLogRecorder(t)
 	ctx := testContext(t)
 	env := newTestEnv(t)
+	logs := warningsOf(env.nodeID) // the xDS client's warnings carry the node ID
 	fast := func(int) time.Duration { return 10 * time.Millisecond }
 	s := env.newServer(t, xds.ClientPool(xdsclient.NewPool(xdsclient.Options{Backoff: fast})))
 	lis, _ := listen(t, "127.0.0.1")
@@ -42,13 +42,13 @@ func TestLogging_Once(t *testing.T) {
 	}
 
 	env.ms.Stop()
-	lisPrefix := "[listener " + addr.String() + "]"
-	logs.waitCount(ctx, t, 1, lisPrefix, "connection to management server")
+	lisLogs := warningsOf("[listener " + addr.String() + "]")
+	lisLogs.waitCount(ctx, t, 1, "connection to management server")
 	time.Sleep(defaultTestShortTimeout) // dozens of reconnection attempts
-	if n := logs.count(lisPrefix, "connection to management server"); n != 1 {
-		t.Errorf("%d listener warnings about the unreachable management server, want 1: %q", n, logs.all())
+	if n := lisLogs.count("connection to management server"); n != 1 {
+		t.Errorf("%d listener warnings about the unreachable management server, want 1: %q", n, lisLogs.all())
 	}
-	for _, w := range logs.all() {
+	for _, w := range lisLogs.all() {
 		if strings.Contains(w, "serving (Listener "+`"`+name) {
 			t.Errorf("warning %q about a transition reported to the serving-mode callback, want none", w)
 		}

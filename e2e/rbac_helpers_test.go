@@ -1,4 +1,4 @@
-package xds_test
+package e2e_test
 
 // Helpers of the RBAC end-to-end tests: Listeners whose filter chain runs
 // the RBAC HTTP filter before the router, RBAC policies, an audit logger

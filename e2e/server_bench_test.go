@@ -1,4 +1,4 @@
-package xds_test
+package e2e_test
 
 // Benchmarks of the xDS server against a plain grpc.Server measured in the
 // same run (DESIGN.md "Performance targets"). The figure that matters is
@@ -36,6 +36,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/proxyless-grpc/xds"
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 )
 
@@ -351,3 +352,46 @@ func runConcurrently(n int, f func()) {
 	}
 	wg.Wait()
 }
+
+// BenchmarkIdleConnHeap reports the server heap (HeapInuse after GC) per idle
+// client connection that has completed one RPC, for a plain grpc.Server and
+// for a whole xDS server (one filter chain, inline routes, the router).
+// Target: xds no more than plain. (The connection wrapper alone is measured
+// by internal/server/connserver's BenchmarkIdleConnHeap.)
+//
+// One measurement takes about a second; run with -benchtime=1x for one each.
+func BenchmarkIdleConnHeap(b *testing.B) {
+	if testing.Short() {
+		b.Skip("opens thousands of connections; skipped in -short mode")
+	}
+	const idleConns = 1000
+	start := func(f func(*testing.B) benchServer) func(*testing.B) (string, func()) {
+		return func(b *testing.B) (string, func()) {
+			s := f(b)
+			return s.addr, s.stop
+		}
+	}
+	// Warm up once so that process-wide first-use allocations (gRPC's buffer
+	// pools, codec state) do not land in the first variant's figure.
+	testutils.MeasureIdleConnHeap(b, start(startPlainServer), 50)
+	for _, v := range []struct {
+		name  string
+		start func(*testing.B) benchServer
+	}{
+		{"plain", startPlainServer},
+		{"xds", func(b *testing.B) benchServer { return startXDSServer(b, 1, 1) }},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			var total float64
+			var runs int
+			for b.Loop() {
+				total += testutils.MeasureIdleConnHeap(b, start(v.start), idleConns)
+				runs++
+			}
+			b.ReportMetric(total/float64(runs), "heap-B/idle-conn")
+		})
+	}
+}
+
+// TestIdleClientsHelper is the client process of BenchmarkIdleConnHeap.
+func TestIdleClientsHelper(t *testing.T) { testutils.IdleClients(t) }

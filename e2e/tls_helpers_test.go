@@ -1,4 +1,4 @@
-package xds_test
+package e2e_test
 
 // Helpers of the end-to-end tests of xDS server credentials (gRFC A29):
 // certificates generated at test time and written where the bootstrap's

@@ -5,16 +5,12 @@ import (
 	"errors"
 	"fmt"
 
-	udpatypepb "github.com/cncf/xds/go/udpa/type/v1"
-	xdstypepb "github.com/cncf/xds/go/xds/type/v3"
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	streampb "github.com/envoyproxy/go-control-plane/envoy/extensions/rbac/audit_loggers/stream/v3"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/proxyless-grpc/xds/audit"
+	"github.com/proxyless-grpc/xds/internal/typedconfig"
 )
 
 // stdoutAuditLogType is the config type of the built-in stdout logger.
@@ -100,64 +96,17 @@ func loggerConfig(a *anypb.Any) (string, json.RawMessage, error) {
 	if a == nil {
 		return "", nil, errors.New("unset, want a logger config")
 	}
-	typeName := lastSegment(a.GetTypeUrl())
-	var ts interface {
-		proto.Message
-		GetTypeUrl() string
+	c, err := typedconfig.Unwrap(a)
+	if err != nil {
+		return "", nil, err
 	}
-	switch typeName {
-	case "udpa.type.v1.TypedStruct":
-		ts = &udpatypepb.TypedStruct{}
-	case "xds.type.v3.TypedStruct":
-		ts = &xdstypepb.TypedStruct{}
-	case stdoutAuditLogType:
-		return audit.StdoutLoggerName, json.RawMessage("{}"), nil
-	default:
-		mt, err := protoregistry.GlobalTypes.FindMessageByURL(a.GetTypeUrl())
-		if err != nil {
-			return typeName, json.RawMessage("{}"), nil
-		}
-		m := mt.New().Interface()
-		if err := proto.Unmarshal(a.GetValue(), m); err != nil {
-			return "", nil, fmt.Errorf("malformed %s: %v", typeName, err)
-		}
-		js, err := protojson.Marshal(m)
-		if err != nil {
-			return "", nil, fmt.Errorf("%s to JSON: %v", typeName, err)
-		}
-		return typeName, js, nil
-	}
-	if err := proto.Unmarshal(a.GetValue(), ts); err != nil {
-		return "", nil, fmt.Errorf("malformed %s: %v", typeName, err)
-	}
-	var s proto.Message
-	switch t := ts.(type) {
-	case *udpatypepb.TypedStruct:
-		s = t.GetValue()
-	case *xdstypepb.TypedStruct:
-		s = t.GetValue()
-	}
-	js := json.RawMessage("{}")
-	if s != nil && s.ProtoReflect().IsValid() {
-		b, err := protojson.Marshal(s)
-		if err != nil {
-			return "", nil, fmt.Errorf("TypedStruct value to JSON: %v", err)
-		}
-		js = b
-	}
-	name := lastSegment(ts.GetTypeUrl())
+	name := typedconfig.Name(c.TypeURL)
 	if name == stdoutAuditLogType {
-		name = audit.StdoutLoggerName
+		return audit.StdoutLoggerName, json.RawMessage("{}"), nil
+	}
+	js, err := c.JSON()
+	if err != nil {
+		return "", nil, err
 	}
 	return name, js, nil
-}
-
-// lastSegment returns what follows the last '/' of a type URL.
-func lastSegment(url string) string {
-	for i := len(url) - 1; i >= 0; i-- {
-		if url[i] == '/' {
-			return url[i+1:]
-		}
-	}
-	return url
 }
