@@ -12,7 +12,8 @@ const ModulePath = "github.com/proxyless-grpc/xds"
 // CheckDeps fails t if package pkg (an import path) depends, directly or
 // not, on any of forbidden: an entry matches a dependency equal to it or
 // below it ("google.golang.org/grpc" also forbids
-// "google.golang.org/grpc/codes"). It keeps the import graph of STYLE.md's
+// "google.golang.org/grpc/codes"), or only equal to it when it ends in "$"
+// (ModulePath+"$" forbids the root package alone). It keeps the import graph of STYLE.md's
 // package layout from drifting. Without a go tool on PATH the test is
 // skipped.
 func CheckDeps(t *testing.T, pkg string, forbidden ...string) {
@@ -35,7 +36,8 @@ func CheckDeps(t *testing.T, pkg string, forbidden ...string) {
 	}
 	for _, dep := range deps {
 		for _, f := range forbidden {
-			if dep == f || strings.HasPrefix(dep, f+"/") {
+			exact, ok := strings.CutSuffix(f, "$")
+			if dep == exact || !ok && strings.HasPrefix(dep, f+"/") {
 				t.Errorf("%s depends on %s, which it must not (forbidden: %s)", pkg, dep, f)
 			}
 		}
@@ -49,5 +51,12 @@ var PureForbidden = []string{
 	"testing",
 	"google.golang.org/grpc",
 	ModulePath + "/xdsclient",
+	ModulePath + "/internal/testutils",
+}
+
+// TestOnly lists what no non-test package may depend on: package testing
+// and the test helpers.
+var TestOnly = []string{
+	"testing",
 	ModulePath + "/internal/testutils",
 }
