@@ -1,7 +1,7 @@
 package e2e_test
 
 // Benchmarks of the xDS server against a plain grpc.Server measured in the
-// same run (DESIGN.md "Performance targets"). The figure that matters is
+// same run (README, "Performance"). The figure that matters is
 // server CPU per operation: the load comes from a child process (this test
 // binary re-run as TestBenchClientProcess), so the parent's CPU time is the
 // server's alone. Compare server-cpu-ns/op of the sub-benchmarks of one run:

@@ -6,7 +6,7 @@ import (
 	"github.com/proxyless-grpc/xds/internal/testutils"
 )
 
-// TestDeps: rbac is pure (STYLE.md, "Package layout"): no gRPC, xDS client,
+// TestDeps: rbac is pure (ARCHITECTURE.md, "Packages"): no gRPC, xDS client,
 // server or test helpers.
 func TestDeps(t *testing.T) {
 	testutils.CheckDeps(t, testutils.ModulePath+"/rbac", testutils.PureForbidden...)

@@ -7,7 +7,7 @@ import (
 )
 
 // TestDependencies: the xDS client stays independent of the packages that
-// interpret resources (STYLE.md, "Package layout"), and non-test code does
+// interpret resources (ARCHITECTURE.md, "Packages"), and non-test code does
 // not pull in package testing or the test helpers.
 func TestDependencies(t *testing.T) {
 	const mod = testutils.ModulePath

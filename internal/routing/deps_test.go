@@ -6,7 +6,7 @@ import (
 	"github.com/proxyless-grpc/xds/internal/testutils"
 )
 
-// TestDeps: internal/routing is pure (STYLE.md, "Package layout"): no gRPC, xDS client, server or test helpers.
+// TestDeps: internal/routing is pure (ARCHITECTURE.md, "Packages"): no gRPC, xDS client, server or test helpers.
 func TestDeps(t *testing.T) {
 	testutils.CheckDeps(t, testutils.ModulePath+"/internal/routing", testutils.PureForbidden...)
 }

@@ -13,7 +13,7 @@ const ModulePath = "github.com/proxyless-grpc/xds"
 // not, on any of forbidden: an entry matches a dependency equal to it or
 // below it ("google.golang.org/grpc" also forbids
 // "google.golang.org/grpc/codes"), or only equal to it when it ends in "$"
-// (ModulePath+"$" forbids the root package alone). It keeps the import graph of STYLE.md's
+// (ModulePath+"$" forbids the root package alone). It keeps the import graph of ARCHITECTURE.md's
 // package layout from drifting. Without a go tool on PATH the test is
 // skipped.
 func CheckDeps(t *testing.T, pkg string, forbidden ...string) {
