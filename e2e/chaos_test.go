@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 
+	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 	"github.com/proxyless-grpc/xds/xdsclient"
 )
 
@@ -104,7 +105,7 @@ func testChaosRestart(t *testing.T) {
 	start := load.ok.Load()
 	e.holdVersion(ctx, t, 1, 500*time.Millisecond, "management server stopped")
 	load.progress(t, start, 20, "while the management server is stopped")
-	e.ms.Restart(t)
+	e2e.RestartManagementServer(t, e.ms)
 	e.waitForNewStream(ctx, t, seen)
 	e.expectVersion(ctx, t, 1, "after the restart, same resources")
 

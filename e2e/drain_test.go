@@ -374,7 +374,7 @@ func TestManagementServerOutage(t *testing.T) {
 	}
 
 	seen := len(env.ms.Requests())
-	env.ms.Restart(t)
+	e2e.RestartManagementServer(t, env.ms)
 	// The server re-subscribes and ACKs the same resources again.
 	if _, err := env.ms.WaitForRequest(ctx, after(seen, e2e.IsACK(resourcev3.ListenerType, "1"))); err != nil {
 		t.Fatalf("waiting for a Listener ACK after the restart: %v", err)

@@ -207,7 +207,7 @@ func TestDoesNotExistTimerNotStartedWhileServerDown(t *testing.T) {
 	case <-sleepCtx.Done():
 	}
 
-	ms.Restart(t)
+	e2e.RestartManagementServer(t, ms)
 	w.wantError(ctx, t, "error", xdsclient.KindDoesNotExist)
 }
 

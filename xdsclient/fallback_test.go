@@ -31,7 +31,7 @@ func TestFallbackAndBack(t *testing.T) {
 	defer c.WatchResource(listenerType, "lis", w)()
 	w.wantData(ctx, t, lSecondary)
 
-	primary.Restart(t)
+	e2e.RestartManagementServer(t, primary)
 	w.wantData(ctx, t, lPrimary)
 	for secondaryOpen.Load() != 0 {
 		select {

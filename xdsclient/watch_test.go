@@ -96,7 +96,7 @@ func TestServerRestart(t *testing.T) {
 	w2.wantData(ctx, t, l)
 
 	n := len(ms.Requests())
-	ms.Restart(t)
+	e2e.RestartManagementServer(t, ms)
 	resub, err := ms.WaitForRequest(ctx, skipFirst(n, func(r *discoveryRequest) bool {
 		return r.GetTypeUrl() == listenerURL
 	}))
@@ -429,7 +429,7 @@ func TestBackoffResetAfterResponse(t *testing.T) {
 	}
 	ms.Stop()
 	wantRetries(0, 1, 2)
-	ms.Restart(t)
+	e2e.RestartManagementServer(t, ms)
 	if _, err := ms.WaitForRequest(ctx, skipFirst(len(ms.Requests()), e2e.IsACK(listenerURL, "1"))); err != nil {
 		t.Fatalf("waiting for the ACK after restart: %v", err)
 	}

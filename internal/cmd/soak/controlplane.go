@@ -17,14 +17,11 @@ import (
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	matcherpb "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
-	cachetypes "github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/proxyless-grpc/xds/internal/controlplane"
 )
 
 // listenerNameTemplate is the bootstrap's server_listener_resource_name_template.
@@ -33,17 +30,12 @@ const listenerNameTemplate = "grpc/server?xds.resource.listening_address=%s"
 // routeName is the RouteConfiguration the soak server's Listener names (RDS).
 const routeName = "soak-routes"
 
-// controlPlane is a small xDS management server: go-control-plane's ADS
-// server over one LinearCache per resource type (Listener, RouteConfiguration),
-// which answers a server that asks for resources by name. It counts the
-// ACKs and NACKs it receives; a NACK means the soak pushed a configuration
-// the server refused, which fails the run.
+// controlPlane is the soak's xDS management server (internal/controlplane:
+// go-control-plane's ADS server over linear caches, in this process). It
+// counts the ACKs and NACKs it receives; a NACK means the soak pushed a
+// configuration the server refused, which fails the run.
 type controlPlane struct {
-	addr      string
-	listeners *cachev3.LinearCache
-	routes    *cachev3.LinearCache
-	srv       *grpc.Server
-	served    chan error
+	*controlplane.Server
 
 	acks  atomic.Int64
 	nacks atomic.Int64
@@ -51,40 +43,27 @@ type controlPlane struct {
 	nack  string // the first NACK's error detail
 }
 
-func startControlPlane(ctx context.Context) (*controlPlane, error) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+func startControlPlane() (*controlPlane, error) {
+	cp := &controlPlane{}
+	srv, err := controlplane.Start(controlplane.Options{
+		ForgetRequests: true, // a long run would keep every request
+		OnStreamRequest: func(_ int64, req *discoverypb.DiscoveryRequest) {
+			switch {
+			case req.GetErrorDetail() != nil:
+				if cp.nacks.Add(1) == 1 {
+					cp.mu.Lock()
+					cp.nack = fmt.Sprintf("%s version %q: %s", req.GetTypeUrl(), req.GetVersionInfo(), req.GetErrorDetail().GetMessage())
+					cp.mu.Unlock()
+				}
+			case req.GetResponseNonce() != "":
+				cp.acks.Add(1)
+			}
+		},
+	})
 	if err != nil {
 		return nil, fmt.Errorf("control plane: %w", err)
 	}
-	cp := &controlPlane{
-		addr:      lis.Addr().String(),
-		listeners: cachev3.NewLinearCache(resourcev3.ListenerType),
-		routes:    cachev3.NewLinearCache(resourcev3.RouteType),
-		srv:       grpc.NewServer(grpc.WaitForHandlers(true)),
-		served:    make(chan error, 1),
-	}
-	mux := &cachev3.MuxCache{
-		Classify: func(r *cachev3.Request) string { return r.GetTypeUrl() },
-		Caches: map[string]cachev3.Cache{
-			resourcev3.ListenerType: cp.listeners,
-			resourcev3.RouteType:    cp.routes,
-		},
-	}
-	cb := serverv3.CallbackFuncs{StreamRequestFunc: func(_ int64, req *discoverypb.DiscoveryRequest) error {
-		switch {
-		case req.GetErrorDetail() != nil:
-			if cp.nacks.Add(1) == 1 {
-				cp.mu.Lock()
-				cp.nack = fmt.Sprintf("%s version %q: %s", req.GetTypeUrl(), req.GetVersionInfo(), req.GetErrorDetail().GetMessage())
-				cp.mu.Unlock()
-			}
-		case req.GetResponseNonce() != "":
-			cp.acks.Add(1)
-		}
-		return nil
-	}}
-	discoverypb.RegisterAggregatedDiscoveryServiceServer(cp.srv, serverv3.NewServer(ctx, mux, cb))
-	go func() { cp.served <- cp.srv.Serve(lis) }()
+	cp.Server = srv
 	return cp, nil
 }
 
@@ -95,19 +74,16 @@ func (cp *controlPlane) firstNACK() string {
 	return cp.nack
 }
 
-func (cp *controlPlane) setListener(l *listenerpb.Listener) {
-	cp.listeners.SetResources(map[string]cachetypes.Resource{l.GetName(): l})
-}
-
-func (cp *controlPlane) setRoutes(rc *routepb.RouteConfiguration) {
-	if err := cp.routes.UpdateResource(rc.GetName(), rc); err != nil {
-		panic(err) // only a nil resource fails
+// push publishes l and rc, the whole configuration of the soak server.
+func (cp *controlPlane) push(ctx context.Context, l *listenerpb.Listener, rc *routepb.RouteConfiguration) error {
+	r := controlplane.Resources{}
+	if l != nil {
+		r.Listeners = []*listenerpb.Listener{l}
 	}
-}
-
-func (cp *controlPlane) stop() error {
-	cp.srv.Stop()
-	return <-cp.served
+	if rc != nil {
+		r.Routes = []*routepb.RouteConfiguration{rc}
+	}
+	return cp.Update(ctx, r)
 }
 
 // bootstrapJSON is the xDS bootstrap (gRFC A27) of a server managed by the

@@ -57,10 +57,10 @@ func startEnv(ctx context.Context, cfg config, out io.Writer) (_ *env, err error
 			e.stop()
 		}
 	}()
-	if e.cp, err = startControlPlane(ctx); err != nil {
+	if e.cp, err = startControlPlane(); err != nil {
 		return e, err
 	}
-	bootstrap, err := bootstrapJSON(e.cp.addr)
+	bootstrap, err := bootstrapJSON(e.cp.Address)
 	if err != nil {
 		return e, err
 	}
@@ -91,8 +91,9 @@ func startEnv(ctx context.Context, cfg config, out io.Writer) (_ *env, err error
 	e.addr = e.lis.Addr().(*net.TCPAddr)
 	go func() { e.served <- e.srv.Serve(e.lis) }()
 
-	e.cp.setRoutes(routeConfig(0))
-	e.cp.setListener(serverListener(e.addr, listenerState{}))
+	if err := e.cp.push(ctx, serverListener(e.addr, listenerState{}), routeConfig(0)); err != nil {
+		return e, err
+	}
 	t := time.NewTimer(30 * time.Second)
 	defer t.Stop()
 	select {
@@ -110,7 +111,7 @@ func startEnv(ctx context.Context, cfg config, out io.Writer) (_ *env, err error
 		e.clients = append(e.clients, cc)
 	}
 	fmt.Fprintf(out, "soak: server on %v, control plane on %s, %d clients, a change every %v, a report every %v for %v (baseline: first report at or after %v)\n",
-		e.addr, e.cp.addr, cfg.Clients, cfg.Change, cfg.Report, cfg.Duration, cfg.Warmup)
+		e.addr, e.cp.Address, cfg.Clients, cfg.Change, cfg.Report, cfg.Duration, cfg.Warmup)
 	return e, nil
 }
 
@@ -126,7 +127,7 @@ func (e *env) stop() {
 		}
 	}
 	if e.cp != nil {
-		e.cp.stop()
+		e.cp.Stop()
 	}
 }
 
@@ -287,12 +288,16 @@ func (e *env) changer(stop <-chan struct{}) {
 	defer t.Stop()
 	var st listenerState
 	rdsGen := 0
+	// Pushes only fail for a malformed resource (a bug of the soak) or a
+	// done context; neither happens while stop is open.
+	ctx := context.Background()
 	for n := 0; ; n++ {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
 		}
+		var err error
 		switch n % 3 {
 		case 0: // Listener: the unmatched chain comes or goes.
 			if st.extra != 0 {
@@ -300,13 +305,17 @@ func (e *env) changer(stop <-chan struct{}) {
 			} else {
 				st.extra = n + 1
 			}
-			e.cp.setListener(serverListener(e.addr, st))
+			err = e.cp.push(ctx, serverListener(e.addr, st), nil)
 		case 1: // RDS
 			rdsGen++
-			e.cp.setRoutes(routeConfig(rdsGen))
+			err = e.cp.push(ctx, nil, routeConfig(rdsGen))
 		case 2: // RBAC, in the Listener's main chain
 			st.rbac++
-			e.cp.setListener(serverListener(e.addr, st))
+			err = e.cp.push(ctx, serverListener(e.addr, st), nil)
+		}
+		if err != nil {
+			e.fail("pushing a configuration: %v", err)
+			return
 		}
 		e.pushes[n%3].Add(1)
 	}

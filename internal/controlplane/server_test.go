@@ -1,8 +1,9 @@
-package e2e
+package controlplane
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -25,6 +26,17 @@ import (
 )
 
 func TestMain(m *testing.M) { testutils.VerifyNoLeaks(m) }
+
+// startServer starts a Server stopped at the end of the test.
+func startServer(t *testing.T, opts Options) *Server {
+	t.Helper()
+	s, err := Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
 
 const (
 	defaultTestTimeout = 10 * time.Second
@@ -168,7 +180,7 @@ func checkResponse(t *testing.T, resp *discoverypb.DiscoveryResponse, wantVersio
 
 func TestManagementServer_SubscribeReceiveUpdateAck(t *testing.T) {
 	ctx := testContext(t)
-	ms := StartManagementServer(t, ManagementServerOptions{})
+	ms := startServer(t, Options{})
 	lis := DefaultServerListener("127.0.0.1", 1234, "")
 	if err := ms.Update(ctx, Resources{Listeners: []*listenerpb.Listener{lis}}); err != nil {
 		t.Fatal(err)
@@ -202,7 +214,7 @@ func TestManagementServer_SubscribeReceiveUpdateAck(t *testing.T) {
 // that, the first request gets an empty answer.
 func TestManagementServer_LateResource(t *testing.T) {
 	ctx := testContext(t)
-	ms := StartManagementServer(t, ManagementServerOptions{})
+	ms := startServer(t, Options{})
 	c := newADSClient(t, ms.Address)
 	lis := DefaultServerListener("127.0.0.1", 1234, "")
 	c.subscribe(ldsType, nil, lis.GetName())
@@ -220,7 +232,7 @@ func TestManagementServer_LateResource(t *testing.T) {
 // left out of Update is not touched.
 func TestManagementServer_ListenerDeletion(t *testing.T) {
 	ctx := testContext(t)
-	ms := StartManagementServer(t, ManagementServerOptions{})
+	ms := startServer(t, Options{})
 	l1 := DefaultServerListener("127.0.0.1", 1, "")
 	l2 := DefaultServerListener("127.0.0.1", 2, "")
 	if err := ms.Update(ctx, Resources{Listeners: []*listenerpb.Listener{l1, l2}}); err != nil {
@@ -255,7 +267,7 @@ func TestManagementServer_ListenerDeletion(t *testing.T) {
 // nothing is sent; a new version of it is.
 func TestManagementServer_RouteDeletionNotSent(t *testing.T) {
 	ctx := testContext(t)
-	ms := StartManagementServer(t, ManagementServerOptions{})
+	ms := startServer(t, Options{})
 	rc := DefaultRouteConfig("route-1")
 	if err := ms.Update(ctx, Resources{Routes: []*routepb.RouteConfiguration{rc}}); err != nil {
 		t.Fatal(err)
@@ -294,7 +306,7 @@ func nack(resp *discoverypb.DiscoveryResponse, lastGood string, names ...string)
 // update is.
 func TestManagementServer_NACK(t *testing.T) {
 	ctx := testContext(t)
-	ms := StartManagementServer(t, ManagementServerOptions{})
+	ms := startServer(t, Options{})
 	lis := DefaultServerListener("127.0.0.1", 1, "")
 	if err := ms.Update(ctx, Resources{Listeners: []*listenerpb.Listener{lis}}); err != nil {
 		t.Fatal(err)
@@ -347,7 +359,7 @@ func TestManagementServer_StopRestartKeepsResources(t *testing.T) {
 	ctx := testContext(t)
 	var mu sync.Mutex
 	var opened, closed []int64
-	ms := StartManagementServer(t, ManagementServerOptions{
+	ms := startServer(t, Options{
 		OnStreamOpen:   func(id int64) { mu.Lock(); opened = append(opened, id); mu.Unlock() },
 		OnStreamClosed: func(id int64) { mu.Lock(); closed = append(closed, id); mu.Unlock() },
 	})
@@ -371,7 +383,9 @@ func TestManagementServer_StopRestartKeepsResources(t *testing.T) {
 		t.Fatal("timeout waiting for the stream to end after Stop")
 	}
 
-	ms.Restart(t)
+	if err := ms.Restart(); err != nil {
+		t.Fatal(err)
+	}
 	if ms.Address != addr {
 		t.Fatalf("Address after Restart = %q, want %q", ms.Address, addr)
 	}
@@ -396,7 +410,7 @@ func TestManagementServer_CustomListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms := StartManagementServer(t, ManagementServerOptions{Listener: lis})
+	ms := startServer(t, Options{Listener: lis})
 	if ms.Address != lis.Addr().String() {
 		t.Fatalf("Address = %q, want the listener's %q", ms.Address, lis.Addr())
 	}
@@ -404,7 +418,9 @@ func TestManagementServer_CustomListener(t *testing.T) {
 	if err := ms.Update(ctx, Resources{Listeners: []*listenerpb.Listener{l}}); err != nil {
 		t.Fatal(err)
 	}
-	ms.Restart(t)
+	if err := ms.Restart(); err != nil {
+		t.Fatal(err)
+	}
 	c := newADSClient(t, lis.Addr().String())
 	c.subscribe(ldsType, nil, l.GetName())
 	checkResponse(t, c.recv(ctx), "1", l)
@@ -414,7 +430,7 @@ func TestManagementServer_CustomListener(t *testing.T) {
 // and a RouteConfiguration pushed under the Listener type URL.
 func TestManagementServer_InvalidResourcesUnchanged(t *testing.T) {
 	ctx := testContext(t)
-	ms := StartManagementServer(t, ManagementServerOptions{})
+	ms := startServer(t, Options{})
 	bad := DefaultServerListener("127.0.0.1", 1, "")
 	bad.UseOriginalDst = wrapperspb.Bool(true)
 	wrongType := DefaultRouteConfig("not-a-listener")
@@ -473,7 +489,7 @@ func keys(m map[string]proto.Message) []string {
 
 func TestManagementServer_UpdateErrors(t *testing.T) {
 	ctx := testContext(t)
-	ms := StartManagementServer(t, ManagementServerOptions{})
+	ms := startServer(t, Options{})
 	l := DefaultServerListener("127.0.0.1", 1, "")
 	tests := []struct {
 		desc string
@@ -507,7 +523,7 @@ func TestManagementServer_RequestsAndCallbacks(t *testing.T) {
 	ctx := testContext(t)
 	var mu sync.Mutex
 	var seen []string
-	ms := StartManagementServer(t, ManagementServerOptions{
+	ms := startServer(t, Options{
 		OnStreamRequest: func(id int64, req *discoverypb.DiscoveryRequest) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -553,4 +569,20 @@ func TestManagementServer_RequestsAndCallbacks(t *testing.T) {
 	if _, err := ms.WaitForRequest(sctx, IsNACK(ldsType)); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("WaitForRequest for a request never sent = %v, want %v", err, context.DeadlineExceeded)
 	}
+}
+
+// DefaultServerListener is a minimal server Listener for host:port, named as
+// gRPC servers name theirs; routeName, when set, is in its HTTP connection
+// manager's stat prefix so that Listeners for different routes differ. The
+// server validates nothing, so no more is needed.
+func DefaultServerListener(host string, port uint32, routeName string) *listenerpb.Listener {
+	return &listenerpb.Listener{
+		Name:       fmt.Sprintf("grpc/server?xds.resource.listening_address=%s:%d", host, port),
+		StatPrefix: routeName,
+	}
+}
+
+// DefaultRouteConfig is a minimal RouteConfiguration.
+func DefaultRouteConfig(name string) *routepb.RouteConfiguration {
+	return &routepb.RouteConfiguration{Name: name, VirtualHosts: []*routepb.VirtualHost{{Name: "vh", Domains: []string{"*"}}}}
 }
