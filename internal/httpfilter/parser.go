@@ -49,9 +49,11 @@ func (in Instance) Active(override Config) bool {
 
 // clientOnlyOverrides are the override config types of gRPC's client-side
 // HTTP filters (fault injection, gRFC A33; stateful session affinity, gRFC
-// A55) that no server filter parses. gRFC A39: a RouteConfiguration may be
-// shared by clients and servers, so an entry of a filter that runs only on
-// the other side is not a validation failure; a server ignores it.
+// A55). gRFC A39: a RouteConfiguration may be shared by clients and servers,
+// so an entry of a filter that runs only on the other side is not a
+// validation failure: a registry without a filter for the type ignores it.
+// (The server's registry has its own fault injection filter, which parses
+// and validates HTTPFault overrides.)
 var clientOnlyOverrides = map[string]bool{
 	"envoy.extensions.filters.http.fault.v3.HTTPFault":                          true,
 	"envoy.extensions.filters.http.stateful_session.v3.StatefulSessionPerRoute": true,

@@ -1,0 +1,168 @@
+package httpfilter
+
+import (
+	"reflect"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"weak"
+)
+
+// Needs is what the steps of a filter need from the server besides the tap
+// handle. The server reads it from a filter chain's http_filters when it
+// builds the chain's gRPC servers, so a chain whose filters need nothing
+// pays nothing for it.
+type Needs struct {
+	// After: the filter's steps may leave work for after the tap
+	// (WithAfter); the server then runs it from interceptors it installs
+	// on the chain's connections.
+	After bool
+	// ConnState: the filter's steps read RPC.Conn; the server then gives
+	// every connection of the chain a ConnState of its own.
+	ConnState bool
+}
+
+// NeedsReporter is implemented by filters whose steps need more than the
+// tap handle.
+type NeedsReporter interface {
+	Needs() Needs
+}
+
+// NeedsOf returns what the steps of filters need, together.
+func NeedsOf(filters []Instance) Needs {
+	var n Needs
+	for _, in := range filters {
+		if r, ok := in.Filter.(NeedsReporter); ok {
+			fn := r.Needs()
+			n.After = n.After || fn.After
+			n.ConnState = n.ConnState || fn.ConnState
+		}
+	}
+	return n
+}
+
+// maxConnEntries bounds the entries of a ConnState: a connection outliving
+// many configuration changes forgets its oldest entries rather than grow.
+const maxConnEntries = 32
+
+// ConnState is the state the steps of one connection share, such as
+// per-connection token buckets, each under a key of the step's choosing
+// (compared with ==; a pointer to the step's own shared state is a good
+// one). It lives as long as the connection. Safe for concurrent use: Get
+// takes no lock and allocates nothing; only storing a new entry allocates.
+type ConnState struct {
+	// entries is replaced, never modified, when an entry is added.
+	entries atomic.Pointer[[]connEntry]
+}
+
+type connEntry struct {
+	key, val any
+}
+
+// Get returns the value stored under key, or nil.
+func (c *ConnState) Get(key any) any {
+	if p := c.entries.Load(); p != nil {
+		for i := range *p {
+			if (*p)[i].key == key {
+				return (*p)[i].val
+			}
+		}
+	}
+	return nil
+}
+
+// GetOrInit returns the value stored under key, storing init() first if
+// there is none. When two callers race, one value wins and both get it
+// (init may run for both).
+func (c *ConnState) GetOrInit(key any, init func() any) any {
+	if v := c.Get(key); v != nil {
+		return v
+	}
+	v := init()
+	for {
+		old := c.entries.Load()
+		var cur []connEntry
+		if old != nil {
+			cur = *old
+		}
+		for i := range cur {
+			if cur[i].key == key {
+				return cur[i].val
+			}
+		}
+		if len(cur) >= maxConnEntries {
+			cur = cur[len(cur)-maxConnEntries+1:]
+		}
+		next := make([]connEntry, 0, len(cur)+1)
+		next = append(append(next, cur...), connEntry{key: key, val: v})
+		if c.entries.CompareAndSwap(old, &next) {
+			return v
+		}
+	}
+}
+
+// Retain returns the value of type T kept under key, building it with
+// build when there is none: the process-wide home of filter state that
+// must survive configuration updates (gRFC A83). A filter calls it from
+// BuildStep with a key naming the state's owner, typically its instance
+// name and the part of its config the state depends on; every step built
+// with the same key, for any filter chain, listener or server of the
+// process, gets the same value, so a Listener or RouteConfiguration update
+// that leaves the key unchanged keeps the state, and one that changes it
+// starts from a new value.
+//
+// A value is kept for as long as something holds it (in practice, the
+// steps of a configuration still in use, including by connections being
+// drained); after that it is dropped when the garbage collector finds it
+// unreachable, so a key that comes back later may or may not find its old
+// value. Values of different types never collide. build runs with a
+// process-wide lock held, on the configuration path: it must be quick and
+// must not call Retain.
+func Retain[T any](key string, build func() *T) *T {
+	k := retainKey{typ: reflect.TypeFor[T](), key: key}
+	retained.mu.Lock()
+	defer retained.mu.Unlock()
+	if wp, ok := retained.m[k].(weak.Pointer[T]); ok {
+		if v := wp.Value(); v != nil {
+			return v
+		}
+	}
+	v := build()
+	wp := weak.Make(v)
+	retained.m[k] = wp
+	runtime.AddCleanup(v, dropRetained, retainedEntry{key: k, wp: wp})
+	return v
+}
+
+// retained holds the values of Retain by type and key, weakly.
+var retained = struct {
+	mu sync.Mutex
+	m  map[retainKey]any // weak.Pointer[T] by key; guarded by mu
+}{m: map[retainKey]any{}}
+
+type retainKey struct {
+	typ reflect.Type
+	key string
+}
+
+type retainedEntry struct {
+	key retainKey
+	wp  any // the weak.Pointer[T] stored for key
+}
+
+// dropRetained forgets a collected value, unless its key was taken over
+// since.
+func dropRetained(e retainedEntry) {
+	retained.mu.Lock()
+	defer retained.mu.Unlock()
+	if retained.m[e.key] == e.wp {
+		delete(retained.m, e.key)
+	}
+}
+
+// retainedLen returns the number of keys Retain holds, for tests.
+func retainedLen() int {
+	retained.mu.Lock()
+	defer retained.mu.Unlock()
+	return len(retained.m)
+}
