@@ -1,0 +1,151 @@
+package localratelimit
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/proxyless-grpc/xds/internal/httpfilter"
+)
+
+// Counter counts the RPCs a step refuses (Limited) and, when the step does
+// not enforce, those it would have refused (Shadowed). The server's
+// metrics implement it; it is called only for those RPCs.
+type Counter interface {
+	Limited(ctx context.Context)
+	Shadowed(ctx context.Context)
+}
+
+// limiter is the state of one bucket config of one filter instance, kept
+// across configuration updates by httpfilter.Retain: the bucket, or for
+// per-connection limits the key of each connection's bucket.
+type limiter struct {
+	// shared is the bucket of every RPC; with per-connection buckets, of
+	// the RPCs of a connection without a ConnState (the server always gives
+	// one, so never in practice).
+	shared  *bucket
+	perConn bool
+	// newConnBucket makes a connection's bucket; a field, so that passing
+	// it to ConnState.GetOrInit allocates nothing.
+	newConnBucket func() any
+}
+
+func newLimiter(c *Config) *limiter {
+	spec := c.spec
+	return &limiter{
+		shared:        newBucket(spec),
+		perConn:       c.perConn,
+		newConnBucket: func() any { return newBucket(spec) },
+	}
+}
+
+// BuildStep implements httpfilter.Filter: a per-route config replaces the
+// filter's config. A config without a bucket, or enabled for no RPC, has
+// no step. The bucket comes from the process-wide filter state, under the
+// filter instance's name and the config's bucket key.
+func (Filter) BuildStep(instance string, config, override httpfilter.Config) (httpfilter.Step, error) {
+	c, ok := config.(*Config)
+	if override != nil {
+		c, ok = override.(*Config)
+	}
+	if !ok {
+		return nil, fmt.Errorf("localratelimit: config of type %T, want *localratelimit.Config", config)
+	}
+	if !c.hasBucket || c.enabled.Never() {
+		return nil, nil
+	}
+	s := &Step{
+		cfg: c,
+		lim: httpfilter.Retain(instance+"|"+c.key, func() *limiter { return newLimiter(c) }),
+	}
+	if c.trailers != nil || c.retryAfter {
+		s.refuse = &refusal{err: c.err, trailers: c.trailers}
+	}
+	return s, nil
+}
+
+// Step is the filter's per-RPC work on one route. Immutable.
+type Step struct {
+	cfg     *Config
+	lim     *limiter
+	refuse  *refusal // nil: refuse in the tap, with no trailers
+	counter Counter  // nil: nothing counts
+}
+
+// WithCounter returns a copy of s whose refusals c counts.
+func (s *Step) WithCounter(c Counter) *Step {
+	cp := *s
+	cp.counter = c
+	return &cp
+}
+
+// Run implements httpfilter.Step. An RPC the filter is enabled for takes a
+// token; one that finds none is refused if the filter enforces for it, with
+// the config's status (in the tap, or after it when trailing metadata must
+// be added), and is let through otherwise (shadow mode), with
+// request_headers_to_add_when_not_enforced added to its metadata.
+func (s *Step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, error) {
+	c := s.cfg
+	if !c.enabled.Hit() {
+		return ctx, nil
+	}
+	b := s.lim.shared
+	if s.lim.perConn && rpc.Conn != nil {
+		b = rpc.Conn.GetOrInit(s.lim, s.lim.newConnBucket).(*bucket)
+	}
+	now := clock()
+	if b.take(now) {
+		return ctx, nil
+	}
+	if !c.enforced.Hit() {
+		if s.counter != nil {
+			s.counter.Shadowed(ctx)
+		}
+		if len(c.shadowHeaders) > 0 {
+			ctx = c.shadowHeaders.addToIncoming(ctx)
+		}
+		return ctx, nil
+	}
+	if s.counter != nil {
+		s.counter.Limited(ctx)
+	}
+	switch {
+	case s.refuse == nil:
+		return ctx, c.err
+	case c.retryAfter:
+		return httpfilter.WithAfter(ctx, s.refuse.withRetryAfter(b.wait(now))), nil
+	default:
+		return httpfilter.WithAfter(ctx, s.refuse), nil
+	}
+}
+
+// refusal fails an RPC with err after the tap, with trailers as its
+// trailing metadata.
+type refusal struct {
+	err      error
+	trailers metadata.MD // not modified
+}
+
+// RunAfter implements httpfilter.After.
+func (r *refusal) RunAfter(ctx context.Context) error {
+	if r.trailers != nil {
+		// The error only says that ctx has no stream, which it has.
+		grpc.SetTrailer(ctx, r.trailers)
+	}
+	return r.err
+}
+
+// withRetryAfter returns r with a retry-after trailer of wait in whole
+// seconds, at least 1, unless the trailers already have one.
+func (r *refusal) withRetryAfter(wait time.Duration) *refusal {
+	if len(r.trailers.Get("retry-after")) > 0 {
+		return r
+	}
+	secs := max(int64((wait+time.Second-1)/time.Second), 1)
+	md := metadata.Join(r.trailers, metadata.Pairs("retry-after", strconv.FormatInt(secs, 10)))
+	return &refusal{err: r.err, trailers: md}
+}
