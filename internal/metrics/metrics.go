@@ -1,6 +1,7 @@
 // Package metrics records the xDS server's OpenTelemetry metrics: serving
-// state, connections accepted and rejected, drains, and RBAC decisions, per
-// listener, under the "grpc.xds_server." prefix. (The xDS client records its
+// state, connections accepted and rejected, drains, RBAC decisions and the
+// RPCs refused by local rate limits, per listener, under the
+// "grpc.xds_server." prefix. (The xDS client records its
 // own gRFC A78 metrics, in package xdsclient.)
 //
 // Every recorder is nil-safe: a nil *Server, *Listener or *RBAC records
@@ -40,6 +41,11 @@ const (
 	// RBACDecisions counts the RPCs an RBAC HTTP filter allowed or denied,
 	// with the filter in AttrRBACFilter and the outcome in AttrRBACDecision.
 	RBACDecisions = "grpc.xds_server.rbac.decisions"
+	// LocalRateLimited counts the RPCs a local rate limit HTTP filter found
+	// no token for: refused (AttrLocalRateLimitMode ModeEnforced) or, where
+	// the filter does not enforce, let through (ModeShadow). The filter is
+	// in AttrLocalRateLimitFilter.
+	LocalRateLimited = "grpc.xds_server.local_rate_limit.limited"
 )
 
 // Attribute keys and values.
@@ -59,6 +65,15 @@ const (
 	AttrRBACDecision = "grpc.xds_server.rbac.decision"
 	DecisionAllowed  = "allowed"
 	DecisionDenied   = "denied"
+	// AttrLocalRateLimitFilter is the name of the local rate limit HTTP
+	// filter (its name in the HttpConnectionManager's http_filters).
+	AttrLocalRateLimitFilter = "grpc.xds_server.local_rate_limit.filter"
+	// AttrLocalRateLimitMode is ModeEnforced (the RPC was refused) or
+	// ModeShadow (the filter is enabled but not enforced for the RPC, which
+	// went through).
+	AttrLocalRateLimitMode = "grpc.xds_server.local_rate_limit.mode"
+	ModeEnforced           = "enforced"
+	ModeShadow             = "shadow"
 )
 
 // Server holds the instruments of one xDS server.
@@ -68,6 +83,7 @@ type Server struct {
 	rejected metric.Int64Counter
 	drains   metric.Int64Counter
 	rbac     metric.Int64Counter
+	limited  metric.Int64Counter
 }
 
 // NewServer creates the instruments on mp. A nil mp returns nil, which
@@ -100,6 +116,9 @@ func NewServer(mp metric.MeterProvider) *Server {
 	keep(err)
 	s.rbac, err = m.Int64Counter(RBACDecisions, metric.WithUnit("{call}"),
 		metric.WithDescription("RPCs allowed or denied by an RBAC HTTP filter."))
+	keep(err)
+	s.limited, err = m.Int64Counter(LocalRateLimited, metric.WithUnit("{call}"),
+		metric.WithDescription("RPCs a local rate limit HTTP filter found no token for: refused (enforced), or let through where it does not enforce (shadow)."))
 	keep(err)
 	if len(errs) > 0 {
 		logger.Errorf("xds: creating metrics: %v", errs)
@@ -202,5 +221,42 @@ func (r *RBAC) Allowed(ctx context.Context) {
 func (r *RBAC) Denied(ctx context.Context) {
 	if r != nil {
 		r.c.Add(ctx, 1, r.denied...)
+	}
+}
+
+// LocalRateLimit returns the recorder of the local rate limit HTTP filter
+// named filter on this listener; nil (which records nothing) without
+// metrics. Create it once per filter chain configuration, not per RPC.
+func (l *Listener) LocalRateLimit(filter string) *LocalRateLimit {
+	if l == nil || l.s.limited == nil {
+		return nil
+	}
+	f := attribute.String(AttrLocalRateLimitFilter, filter)
+	return &LocalRateLimit{
+		c:        l.s.limited,
+		enforced: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(l.addr, f, attribute.String(AttrLocalRateLimitMode, ModeEnforced)))},
+		shadow:   []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(l.addr, f, attribute.String(AttrLocalRateLimitMode, ModeShadow)))},
+	}
+}
+
+// LocalRateLimit records the RPCs one local rate limit filter found no
+// token for. Immutable.
+type LocalRateLimit struct {
+	c        metric.Int64Counter
+	enforced []metric.AddOption
+	shadow   []metric.AddOption
+}
+
+// Limited counts an RPC the filter refused.
+func (r *LocalRateLimit) Limited(ctx context.Context) {
+	if r != nil {
+		r.c.Add(ctx, 1, r.enforced...)
+	}
+}
+
+// Shadowed counts an RPC the filter would have refused had it enforced.
+func (r *LocalRateLimit) Shadowed(ctx context.Context) {
+	if r != nil {
+		r.c.Add(ctx, 1, r.shadow...)
 	}
 }

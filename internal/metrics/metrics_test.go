@@ -29,6 +29,11 @@ func TestRecorders(t *testing.T) {
 	r.Allowed(context.Background())
 	r.Denied(context.Background())
 	r.Denied(context.Background())
+	rl := l.LocalRateLimit("rl-1")
+	rl.Limited(context.Background())
+	rl.Shadowed(context.Background())
+	rl.Shadowed(context.Background())
+	rl.Shadowed(context.Background())
 
 	lis := attribute.String(metrics.AttrListener, "127.0.0.1:443")
 	for _, c := range []struct {
@@ -43,6 +48,8 @@ func TestRecorders(t *testing.T) {
 		{metrics.Drains, nil, 1},
 		{metrics.RBACDecisions, []attribute.KeyValue{attribute.String(metrics.AttrRBACFilter, "rbac-1"), attribute.String(metrics.AttrRBACDecision, metrics.DecisionAllowed)}, 1},
 		{metrics.RBACDecisions, []attribute.KeyValue{attribute.String(metrics.AttrRBACFilter, "rbac-1"), attribute.String(metrics.AttrRBACDecision, metrics.DecisionDenied)}, 2},
+		{metrics.LocalRateLimited, []attribute.KeyValue{attribute.String(metrics.AttrLocalRateLimitFilter, "rl-1"), attribute.String(metrics.AttrLocalRateLimitMode, metrics.ModeEnforced)}, 1},
+		{metrics.LocalRateLimited, []attribute.KeyValue{attribute.String(metrics.AttrLocalRateLimitFilter, "rl-1"), attribute.String(metrics.AttrLocalRateLimitMode, metrics.ModeShadow)}, 3},
 	} {
 		got, ok := mr.Value(t, c.name, append(c.attrs, lis)...)
 		if !ok || got != c.want {
@@ -66,6 +73,12 @@ func TestNilRecorders(t *testing.T) {
 	r := l.RBAC("f")
 	r.Allowed(context.Background())
 	r.Denied(context.Background())
+	rl := l.LocalRateLimit("f")
+	if rl != nil {
+		t.Errorf("LocalRateLimit without metrics = %v, want nil", rl)
+	}
+	rl.Limited(context.Background())
+	rl.Shadowed(context.Background())
 }
 
 // Recording an RBAC decision, the per-RPC path, does not allocate.

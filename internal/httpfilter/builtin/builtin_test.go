@@ -3,6 +3,8 @@ package builtin_test
 import (
 	"testing"
 
+	faultpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
+	localratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/local_ratelimit/v3"
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	routerpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -16,8 +18,9 @@ import (
 
 func TestMain(m *testing.M) { testutils.VerifyNoLeaks(m) }
 
-// TestRegistry: the server's registry knows the router and RBAC, with no
-// other package having to register them first.
+// TestRegistry: the server's registry knows the router, RBAC, local rate
+// limit and fault injection, with no other package having to register them
+// first.
 func TestRegistry(t *testing.T) {
 	cfg := func(m proto.Message) *hcmpb.HttpFilter_TypedConfig {
 		a, err := anypb.New(m)
@@ -28,13 +31,21 @@ func TestRegistry(t *testing.T) {
 	}
 	filters, err := httpfilter.NewParser(builtin.Registry).HTTPFilters([]*hcmpb.HttpFilter{
 		{Name: "rbac", ConfigType: cfg(&rbacpb.RBAC{})},
+		{Name: "ratelimit", ConfigType: cfg(&localratelimitpb.LocalRateLimit{StatPrefix: "rl"})},
+		{Name: "fault", ConfigType: cfg(&faultpb.HTTPFault{})},
 		{Name: "router", ConfigType: cfg(&routerpb.Router{})},
 	})
-	if err != nil || len(filters) != 2 {
-		t.Fatalf("HTTPFilters(rbac, router) = %v, %v; want both", filters, err)
+	if err != nil || len(filters) != 4 {
+		t.Fatalf("HTTPFilters(rbac, ratelimit, fault, router) = %v, %v; want all", filters, err)
 	}
-	overrides, err := httpfilter.NewParser(builtin.Registry).Overrides(map[string]*anypb.Any{"rbac": cfg(&rbacpb.RBACPerRoute{}).TypedConfig})
-	if err != nil || len(overrides) != 1 {
-		t.Errorf("Overrides(RBACPerRoute) = %v, %v; want it parsed", overrides, err)
+	if got, want := httpfilter.NeedsOf(filters), (httpfilter.Needs{After: true, ConnState: true}); got != want {
+		t.Errorf("NeedsOf = %+v, want %+v", got, want)
+	}
+	overrides, err := httpfilter.NewParser(builtin.Registry).Overrides(map[string]*anypb.Any{
+		"rbac":  cfg(&rbacpb.RBACPerRoute{}).TypedConfig,
+		"fault": cfg(&faultpb.HTTPFault{}).TypedConfig,
+	})
+	if err != nil || len(overrides) != 2 {
+		t.Errorf("Overrides(RBACPerRoute, HTTPFault) = %v, %v; want both parsed", overrides, err)
 	}
 }

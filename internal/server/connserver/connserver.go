@@ -95,9 +95,8 @@ func (g *Group) NewChainServer(fc *filterchain.FilterChain, routes *rpcpath.Sour
 		onGone: onGone,
 		conns:  make(map[*Conn]struct{}),
 	}
-	cs.grpcOpts = make([]grpc.ServerOption, 0, len(g.opts.GRPCOptions)+1)
-	cs.grpcOpts = append(cs.grpcOpts, g.opts.GRPCOptions...)
-	cs.grpcOpts = append(cs.grpcOpts, grpc.InTapHandle(rpcpath.Tap(fc.Name, routes)))
+	cs.rpc = rpcpath.NewChain(fc.Name, fc.HCM, routes)
+	cs.grpcOpts = cs.rpc.ServerOptions(g.opts.GRPCOptions)
 	g.mu.Lock()
 	g.servers[cs] = struct{}{}
 	g.mu.Unlock()
@@ -196,7 +195,8 @@ type ChainServer struct {
 	chain    *filterchain.FilterChain
 	sec      *security.Chain     // nil without TLS; released when the chain server is gone
 	onGone   func()              // called once by removeServer
-	grpcOpts []grpc.ServerOption // the user's options and the chain's tap handle
+	rpc      *rpcpath.Chain      // what the chain's HTTP filters need of its servers
+	grpcOpts []grpc.ServerOption // the user's options, with the chain's interceptors and tap handle (rpc.ServerOptions)
 
 	mu sync.Mutex
 	// retired is set when the chain left service: no connection is added,
@@ -212,10 +212,11 @@ type ChainServer struct {
 func (cs *ChainServer) Chain() *filterchain.FilterChain { return cs.chain }
 
 // NewServer returns a grpc.Server for one connection of the chain: the
-// user's options, the chain's tap handle and the registered services. It
-// takes no lock; hand the server to Add.
+// user's options, the chain's tap handle (the connection's own when the
+// chain's filters keep per-connection state) and interceptors, and the
+// registered services. It takes no lock; hand the server to Add.
 func (cs *ChainServer) NewServer() *grpc.Server {
-	srv := grpc.NewServer(cs.grpcOpts...)
+	srv := grpc.NewServer(cs.rpc.ConnOptions(cs.grpcOpts)...)
 	for _, s := range cs.g.opts.Services {
 		srv.RegisterService(s.Desc, s.Impl)
 	}

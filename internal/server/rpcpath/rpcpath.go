@@ -7,7 +7,10 @@
 // no lock and no map shared by all RPCs.
 //
 // Read this file top to bottom: Tap (the handle), then Routes (what it reads)
-// and Source (where it reads it from). steps.go builds the filter steps.
+// and Source (where it reads it from). steps.go builds the filter steps;
+// chain.go gives a filter chain's gRPC servers their options: the tap
+// handle and, when the chain's filters leave work for after the tap, the
+// interceptors that run it.
 package rpcpath
 
 import (
@@ -45,6 +48,9 @@ func Tap(chain string, src *Source) tap.ServerInHandle {
 type tapper struct {
 	chain string  // immutable
 	src   *Source // immutable pointer
+	// conn is the state of the one connection the handle serves; nil for a
+	// handle shared by a chain's connections (its filters need none).
+	conn *httpfilter.ConnState
 }
 
 func (t *tapper) handle(ctx context.Context, info *tap.Info) (context.Context, error) {
@@ -77,6 +83,7 @@ func (t *tapper) handle(ctx context.Context, info *tap.Info) (context.Context, e
 	// the route match above and the action check below.
 	if steps := rt.stepsOf(route); len(steps) > 0 {
 		rpc := rpcInfo(ctx, info, authority)
+		rpc.Conn = t.conn
 		for _, s := range steps {
 			var err error
 			if ctx, err = s.Run(ctx, rpc); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/proxyless-grpc/xds/filterchain"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
+	"github.com/proxyless-grpc/xds/internal/httpfilter/localratelimit"
 	"github.com/proxyless-grpc/xds/internal/httpfilter/rbacfilter"
 	"github.com/proxyless-grpc/xds/internal/metrics"
 	"github.com/proxyless-grpc/xds/internal/routing"
@@ -22,7 +23,13 @@ import (
 // left out. Identical (instance, config, override) triples share one step,
 // and routes with the same steps share one slice. A step that fails to build
 // fails its route's RPCs with UNAVAILABLE: fail closed, never open. m, if not
-// nil, counts the RBAC filters' decisions.
+// nil, counts the RBAC filters' decisions and the RPCs the local rate limit
+// filters refuse (or, not enforcing, would refuse).
+//
+// Steps that keep state across updates (token buckets) find it in the
+// process-wide filter state (httpfilter.Retain), under their filter
+// instance's name and config: routes built again for an unchanged config
+// share the state of the routes they replace.
 func NewRoutes(router *routing.Router, hcm *filterchain.HTTPConnectionManager, m *metrics.Listener) *Routes {
 	rt := &Routes{router: router}
 	routes := router.Routes()
@@ -71,8 +78,15 @@ func buildStep(memo map[stepKey]httpfilter.Step, in httpfilter.Instance, overrid
 	if err != nil {
 		s = failStep{err: status.Errorf(codes.Unavailable, "xds: HTTP filter %q: %v", in.Name, err)}
 	}
-	if rs, ok := s.(*rbacfilter.Step); ok && m != nil {
-		s = countedRBACStep{step: rs, rec: m.RBAC(in.Name)}
+	if m != nil {
+		switch st := s.(type) {
+		case *rbacfilter.Step:
+			s = countedRBACStep{step: st, rec: m.RBAC(in.Name)}
+		case *localratelimit.Step:
+			if rec := m.LocalRateLimit(in.Name); rec != nil {
+				s = st.WithCounter(rec)
+			}
+		}
 	}
 	if comparable {
 		memo[key] = s

@@ -1,0 +1,106 @@
+package rpcpath
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/tap"
+
+	"github.com/proxyless-grpc/xds/filterchain"
+	"github.com/proxyless-grpc/xds/internal/httpfilter"
+)
+
+// Chain gives the gRPC servers of one filter chain's connections what the
+// chain's HTTP filters need (httpfilter.Needs): always the tap handle; the
+// interceptors that run the work steps leave for after the tap
+// (httpfilter.WithAfter) when a filter may leave some; and, when a filter
+// keeps per-connection state, a tap handle of each connection's own that
+// carries that state. A chain whose filters need neither gets exactly the
+// tap handle, shared by its connections. Immutable.
+type Chain struct {
+	tap   *tapper // the shared handle (its conn is nil)
+	needs httpfilter.Needs
+}
+
+// NewChain returns the Chain of the filter chain named name, whose HTTP
+// filters are hcm's and whose RPCs route with what src holds when each
+// arrives. The filter list of an HttpConnectionManager comes with the
+// Listener and never changes under a chain, so what the chain needs is
+// known here, once.
+func NewChain(name string, hcm *filterchain.HTTPConnectionManager, src *Source) *Chain {
+	c := &Chain{tap: &tapper{chain: name, src: src}}
+	if hcm != nil {
+		c.needs = httpfilter.NeedsOf(hcm.Filters)
+	}
+	return c
+}
+
+// ServerOptions returns the options of the chain's servers built around
+// the user's: first, when the chain's filters leave work for after the tap,
+// the interceptors that run it (before the user's chained interceptors; a
+// grpc.UnaryInterceptor or grpc.StreamInterceptor given by the user always
+// runs first, by gRPC's rule); then user's options; then the chain's tap
+// handle, unless each connection gets one of its own (ConnOptions). The
+// result has no spare capacity, so appending to it copies.
+func (c *Chain) ServerOptions(user []grpc.ServerOption) []grpc.ServerOption {
+	opts := make([]grpc.ServerOption, 0, len(user)+3)
+	if c.needs.After {
+		opts = append(opts, grpc.ChainUnaryInterceptor(unaryAfter), grpc.ChainStreamInterceptor(streamAfter))
+	}
+	opts = append(opts, user...)
+	if !c.needs.ConnState {
+		opts = append(opts, grpc.InTapHandle(c.tap.handle))
+	}
+	return opts[:len(opts):len(opts)]
+}
+
+// ConnOptions returns the options of the server of one new connection of
+// the chain, given what ServerOptions returned: opts itself, or, when the
+// chain's filters keep per-connection state, a copy with a tap handle that
+// carries a new httpfilter.ConnState (a few small allocations per
+// connection, none per RPC).
+func (c *Chain) ConnOptions(opts []grpc.ServerOption) []grpc.ServerOption {
+	if !c.needs.ConnState {
+		return opts
+	}
+	return append(opts[:len(opts):len(opts)], grpc.InTapHandle(c.connHandle()))
+}
+
+// connHandle returns the tap handle of one new connection: the chain's
+// shared one, or one with a ConnState of its own.
+func (c *Chain) connHandle() tap.ServerInHandle {
+	if !c.needs.ConnState {
+		return c.tap.handle
+	}
+	t := &tapper{chain: c.tap.chain, src: c.tap.src, conn: &httpfilter.ConnState{}}
+	return t.handle
+}
+
+// unaryAfter runs the work the tap's steps left in ctx, then the rest of
+// the chain (the user's interceptors and the handler) unless that work
+// ended the RPC.
+func unaryAfter(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if a := httpfilter.AfterOf(ctx); a != nil {
+		if err := a.RunAfter(ctx); err != nil {
+			if errors.Is(err, httpfilter.ErrSkipHandler) {
+				return nil, nil
+			}
+			return nil, err
+		}
+	}
+	return handler(ctx, req)
+}
+
+// streamAfter is unaryAfter for streaming RPCs.
+func streamAfter(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if a := httpfilter.AfterOf(ss.Context()); a != nil {
+		if err := a.RunAfter(ss.Context()); err != nil {
+			if errors.Is(err, httpfilter.ErrSkipHandler) {
+				return nil
+			}
+			return err
+		}
+	}
+	return handler(srv, ss)
+}
