@@ -393,12 +393,22 @@ func TestStepTrailers(t *testing.T) {
 	if err := a.RunAfter(ctx); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("RunAfter = %v, want RESOURCE_EXHAUSTED", err)
 	}
-	// max_tokens 0 never refills: the wait is as long as it gets.
 	if got := a.trailers.Get("x-limited"); len(got) != 1 || got[0] != "yes" {
 		t.Errorf("x-limited trailer = %q, want yes", got)
 	}
-	if got := a.trailers.Get("retry-after"); len(got) != 1 || len(got[0]) < 9 {
-		t.Errorf("retry-after trailer = %q, want a very long wait", got)
+	// max_tokens 0: no token will ever come, so no retry-after.
+	if got := a.trailers.Get("retry-after"); len(got) != 0 {
+		t.Errorf("retry-after trailer = %q, want none", got)
+	}
+	m.TokenBucket.MaxTokens = 1
+	m.StatPrefix = "one"
+	one := buildStep(t, t.Name(), m)
+	if _, err := one.Run(context.Background(), rpc()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, _ = one.Run(context.Background(), rpc())
+	if got := httpfilter.AfterOf(ctx).(*refusal).trailers.Get("retry-after"); len(got) != 1 || got[0] != "3600" {
+		t.Errorf("retry-after after the only token of an hourly bucket = %q, want 3600", got)
 	}
 	if got := (&refusal{}).withRetryAfter(1500 * time.Millisecond).trailers.Get("retry-after"); len(got) != 1 || got[0] != "2" {
 		t.Errorf("retry-after for 1.5s = %q, want 2", got)

@@ -140,9 +140,10 @@ func (r *refusal) RunAfter(ctx context.Context) error {
 }
 
 // withRetryAfter returns r with a retry-after trailer of wait in whole
-// seconds, at least 1, unless the trailers already have one.
+// seconds, at least 1, unless the trailers already have one or no token
+// will ever come (max_tokens 0).
 func (r *refusal) withRetryAfter(wait time.Duration) *refusal {
-	if len(r.trailers.Get("retry-after")) > 0 {
+	if len(r.trailers.Get("retry-after")) > 0 || wait >= maxSpan {
 		return r
 	}
 	secs := max(int64((wait+time.Second-1)/time.Second), 1)
