@@ -78,6 +78,27 @@ func (t *Table) CheckAddress(listening netip.AddrPort) error {
 	return nil
 }
 
+// Equal reports whether t and o serve every connection the same way: the
+// same address and, in order, chains with the same IDs (their content),
+// names and roles. It compares IDs, so it costs a few string comparisons
+// per chain, and lets a re-sent Listener that serializes differently be
+// recognized as unchanged without decoding it again.
+func (t *Table) Equal(o *Table) bool {
+	if t == o {
+		return true
+	}
+	if t == nil || o == nil || t.address != o.address || len(t.chains) != len(o.chains) {
+		return false
+	}
+	for i, c := range t.chains {
+		oc := o.chains[i]
+		if c.ID != oc.ID || c.Name != oc.Name || c.IsDefault != oc.IsDefault {
+			return false
+		}
+	}
+	return true
+}
+
 // Chains returns every filter chain of the Listener: the entries of
 // filter_chains in order, then the default chain if there is one. Chains
 // that can never match a connection are included. The slice is a copy; the

@@ -58,9 +58,15 @@ type Listener struct {
 
 // Equal reports whether o is a Listener with the same contents, so an
 // identical re-send reaches no watcher.
+//
+// Two Listeners are equal when their bytes are, or when they compile to
+// tables that serve every connection the same way (filterchain.Table.Equal,
+// which compares chain content digests): a control plane that re-sends an
+// unchanged Listener with fields in another order, or with fields a server
+// does not use changed, does not make the server re-apply it.
 func (l *Listener) Equal(o xdsclient.ResourceData) bool {
 	ol, ok := o.(*Listener)
-	return ok && sameResource(l.raw, ol.raw, func() proto.Message { return &listenerpb.Listener{} })
+	return ok && (bytes.Equal(l.raw.GetValue(), ol.raw.GetValue()) || l.Table.Equal(ol.Table))
 }
 
 // RouteConfig is a decoded, validated RouteConfiguration. Immutable.
