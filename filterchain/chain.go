@@ -124,13 +124,27 @@ func (c *chainCompiler) config(a *anypb.Any) *configEntry {
 	return e
 }
 
+// chainConfigs are the configs a compiled chain took from the compiler's
+// memo (nil entries when the chain has no transport socket), so that a
+// later compile reusing the chain can share them too.
+type chainConfigs struct {
+	hcmKey, tlsKey configKey
+	hcm, tls       *configEntry
+}
+
 // compile validates one filter chain. For a chain of filter_chains it also
 // normalizes its filter_chain_match; the default chain's match is ignored.
 func (c *chainCompiler) compile(ref chainRef, fc *listenerpb.FilterChain) (*FilterChain, chainSpec, error) {
+	chain, spec, _, err := c.compileChain(ref, fc)
+	return chain, spec, err
+}
+
+// compileChain is compile, also returning the configs the chain uses.
+func (c *chainCompiler) compileChain(ref chainRef, fc *listenerpb.FilterChain) (*FilterChain, chainSpec, chainConfigs, error) {
 	isDefault := ref.index < 0
-	fail := func(err error) (*FilterChain, chainSpec, error) {
+	fail := func(err error) (*FilterChain, chainSpec, chainConfigs, error) {
 		fe := inField("", err)
-		return nil, chainSpec{}, &ValidationError{Chain: ref.String(), Field: fe.field, Err: fe.err}
+		return nil, chainSpec{}, chainConfigs{}, &ValidationError{Chain: ref.String(), Field: fe.field, Err: fe.err}
 	}
 	spec := chainSpec{ref: ref}
 	if !isDefault {
@@ -150,7 +164,14 @@ func (c *chainCompiler) compile(ref chainRef, fc *listenerpb.FilterChain) (*Filt
 	}
 	id := c.chainID(fc, spec.matchers, isDefault, hcmConfig, tlsConfig)
 	spec.chain = &FilterChain{ID: id, Name: fc.GetName(), IsDefault: isDefault, HCM: hcm, TLS: tls, Security: sec}
-	return spec.chain, spec, nil
+	cfgs := chainConfigs{hcm: hcmConfig, tls: tlsConfig}
+	if a := fc.GetFilters()[0].GetTypedConfig(); a != nil {
+		cfgs.hcmKey = configKey{a.GetTypeUrl(), string(a.GetValue())}
+	}
+	if a := fc.GetTransportSocket().GetTypedConfig(); tlsConfig != nil && a != nil {
+		cfgs.tlsKey = configKey{a.GetTypeUrl(), string(a.GetValue())}
+	}
+	return spec.chain, spec, cfgs, nil
 }
 
 // chainID hashes the content of a valid chain: whether it is the default

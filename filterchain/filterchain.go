@@ -38,6 +38,10 @@ type Options struct {
 	// that check (the other A29 rules still apply); an empty, non-nil map
 	// means the bootstrap has no instances.
 	CertProviderInstances map[string]bool
+	// Previous, for CompileRaw, is the table of an earlier version of the
+	// same Listener, compiled with the same CertProviderInstances: chains
+	// whose bytes are unchanged are reused from it. nil compiles every chain.
+	Previous *Table
 }
 
 // Table is a compiled Listener: its address, its filter chains and the
@@ -49,6 +53,10 @@ type Table struct {
 	defaultChain *FilterChain   // nil when the Listener has none
 	lookup       lookupTable
 	ignored      []string
+	// compiled are the filter_chains entries compiled by CompileRaw, by the
+	// hash of their bytes, for the next version of the Listener; nil after
+	// Compile.
+	compiled map[uint64][]*compiledChain
 }
 
 // Ignored lists the fields of the Listener that were accepted but have no
@@ -218,6 +226,16 @@ func (e *ValidationError) Unwrap() error { return e.Err }
 // filter chains. An error, always a *ValidationError, means the Listener
 // must be NACKed.
 func Compile(lis *listenerpb.Listener, opts Options) (*Table, error) {
+	return compile(lis, len(lis.GetFilterChains()), opts, func(c *chainCompiler, i int) (chainSpec, error) {
+		fc := lis.GetFilterChains()[i]
+		_, spec, err := c.compile(chainRef{index: i, name: fc.GetName()}, fc)
+		return spec, err
+	})
+}
+
+// compile is Compile and CompileRaw: lis's Listener-level fields and
+// default chain, and n filter_chains entries, which chainAt compiles.
+func compile(lis *listenerpb.Listener, n int, opts Options, chainAt func(c *chainCompiler, i int) (chainSpec, error)) (*Table, error) {
 	if lis == nil {
 		return nil, &ValidationError{Field: "Listener", Err: errMissing}
 	}
@@ -231,14 +249,14 @@ func Compile(lis *listenerpb.Listener, opts Options) (*Table, error) {
 	}
 	c := newChainCompiler(p)
 	c.instances = opts.CertProviderInstances
-	t := &Table{address: addr, chains: make([]*FilterChain, 0, len(lis.GetFilterChains())+1)}
-	specs := make([]chainSpec, 0, len(lis.GetFilterChains()))
-	for i, fc := range lis.GetFilterChains() {
-		chain, spec, err := c.compile(chainRef{index: i, name: fc.GetName()}, fc)
+	t := &Table{address: addr, chains: make([]*FilterChain, 0, n+1)}
+	specs := make([]chainSpec, 0, n)
+	for i := range n {
+		spec, err := chainAt(c, i)
 		if err != nil {
 			return nil, err
 		}
-		t.chains = append(t.chains, chain)
+		t.chains = append(t.chains, spec.chain)
 		specs = append(specs, spec)
 	}
 	if fc := lis.GetDefaultFilterChain(); fc != nil {

@@ -125,15 +125,16 @@ func (ch *xdsChannel) typeState(typeURL string) *typeState {
 	return ts
 }
 
-// watches reports whether a user of ch watches the resource of typeURL with
-// the canonical name. Only called from serializer callbacks.
-func (ch *xdsChannel) watches(typeURL, name string) bool {
+// watched returns the state of the resource of typeURL with the canonical
+// name if a user of ch watches it, else nil. Only called from serializer
+// callbacks.
+func (ch *xdsChannel) watched(typeURL, name string) *resourceState {
 	for a := range ch.users {
-		if _, ok := a.resources[typeURL][name]; ok {
-			return true
+		if s, ok := a.resources[typeURL][name]; ok {
+			return s
 		}
 	}
-	return false
+	return nil
 }
 
 // subscribedNames returns the names of typeURL that the users of ch watch,

@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"fmt"
 
-	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -98,20 +97,29 @@ func sameResource(a, b *anypb.Any, newMsg func() proto.Message) bool {
 	return proto.Equal(ma, mb)
 }
 
+// decodeListener decodes and validates a Listener. The filter chains whose
+// bytes are the same as in the previous version of the Listener (the
+// client's DecodeInput.Previous) are reused as compiled then, not decoded
+// again.
 func decodeListener(in xdsclient.DecodeInput) (string, xdsclient.ResourceData, error) {
-	lis := &listenerpb.Listener{}
-	if err := proto.Unmarshal(in.Resource.GetValue(), lis); err != nil {
+	raw, err := filterchain.Split(in.Resource.GetValue())
+	if err != nil {
 		return "", nil, fmt.Errorf("xdsresource: malformed Listener: %w", err)
 	}
-	name := lis.GetName()
-	if lis.GetApiListener() != nil {
+	name := raw.Listener.GetName()
+	if raw.Listener.GetApiListener() != nil {
 		// gRFC A36: a server's Listener is a TCP listener; an API listener
 		// is a client's.
 		return name, nil, fmt.Errorf("xdsresource: Listener %q is an API listener (a client's), not a TCP listener for a server", name)
 	}
-	table, err := filterchain.Compile(lis, filterchain.Options{
+	var prev *filterchain.Table
+	if p, ok := in.Previous.(*Listener); ok {
+		prev = p.Table
+	}
+	table, err := filterchain.CompileRaw(raw, filterchain.Options{
 		Filters:               httpfilter.NewParser(builtin.Registry),
 		CertProviderInstances: certProviderInstances(in.Bootstrap),
+		Previous:              prev,
 	})
 	if err != nil {
 		return name, nil, err
