@@ -2,6 +2,7 @@ package syncutil
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -285,4 +286,36 @@ func BenchmarkCallbackSerializer(b *testing.B) {
 		s.TrySchedule(f)
 	}
 	wg.Wait()
+}
+
+// TestCallbackSerializer_NoGoroutineWhenIdle: the serializer's goroutine
+// exists only while callbacks are queued or running.
+func TestCallbackSerializer_NoGoroutineWhenIdle(t *testing.T) {
+	before := runtime.NumGoroutine()
+	s := NewCallbackSerializer()
+	if n := runtime.NumGoroutine(); n != before {
+		t.Errorf("a new serializer added %d goroutine(s), want none", n-before)
+	}
+	release := make(chan struct{})
+	ran := make(chan struct{})
+	s.TrySchedule(func(context.Context) { <-release })
+	s.TrySchedule(func(context.Context) { close(ran) })
+	if n := runtime.NumGoroutine(); n != before+1 {
+		t.Errorf("a serializer with work has %d goroutine(s), want 1", n-before)
+	}
+	close(release)
+	<-ran
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() != before {
+		if time.Now().After(deadline) {
+			t.Fatalf("an idle serializer still has %d goroutine(s)", runtime.NumGoroutine()-before)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	s.Close()
+	select {
+	case <-s.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done not closed after Close of an idle serializer")
+	}
 }
