@@ -43,7 +43,8 @@ type ServingModeChangeArgs struct {
 // not affected). f must not call Stop or GracefulStop of the server and wait
 // for it, since they wait for f to return; call them from another goroutine.
 //
-// Without this option each transition is logged at warning level.
+// Without this option each transition is logged at warning level; with
+// it, the server logs transitions only at verbosity 2.
 func ServingModeCallback(f func(addr net.Addr, args ServingModeChangeArgs)) grpc.ServerOption {
 	return &servingModeCallbackOption{f: f}
 }

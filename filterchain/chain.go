@@ -84,6 +84,7 @@ type configKey struct{ typeURL, value string }
 
 // configEntry is what a compile knows of one distinct config.
 type configEntry struct {
+	key configKey // where the entry is in chainCompiler.configs
 	// sum is the SHA-256 of the type URL (length-prefixed) and bytes: the
 	// config's part of a chain ID.
 	sum [sha256.Size]byte
@@ -117,19 +118,18 @@ func (c *chainCompiler) config(a *anypb.Any) *configEntry {
 	if e, ok := c.configs[configKey{a.GetTypeUrl(), string(a.GetValue())}]; ok {
 		return e
 	}
-	e := &configEntry{}
+	e := &configEntry{key: configKey{a.GetTypeUrl(), string(a.GetValue())}}
 	c.sumBuf = append(appendString(c.sumBuf[:0], a.GetTypeUrl()), a.GetValue()...)
 	e.sum = sha256.Sum256(c.sumBuf)
-	c.configs[configKey{a.GetTypeUrl(), string(a.GetValue())}] = e
+	c.configs[e.key] = e
 	return e
 }
 
 // chainConfigs are the configs a compiled chain took from the compiler's
-// memo (nil entries when the chain has no transport socket), so that a
-// later compile reusing the chain can share them too.
+// memo (tls is nil when the chain has no transport socket), so that a later
+// compile reusing the chain can share them too.
 type chainConfigs struct {
-	hcmKey, tlsKey configKey
-	hcm, tls       *configEntry
+	hcm, tls *configEntry
 }
 
 // compile validates one filter chain. For a chain of filter_chains it also
@@ -164,14 +164,7 @@ func (c *chainCompiler) compileChain(ref chainRef, fc *listenerpb.FilterChain) (
 	}
 	id := c.chainID(fc, spec.matchers, isDefault, hcmConfig, tlsConfig)
 	spec.chain = &FilterChain{ID: id, Name: fc.GetName(), IsDefault: isDefault, HCM: hcm, TLS: tls, Security: sec}
-	cfgs := chainConfigs{hcm: hcmConfig, tls: tlsConfig}
-	if a := fc.GetFilters()[0].GetTypedConfig(); a != nil {
-		cfgs.hcmKey = configKey{a.GetTypeUrl(), string(a.GetValue())}
-	}
-	if a := fc.GetTransportSocket().GetTypedConfig(); tlsConfig != nil && a != nil {
-		cfgs.tlsKey = configKey{a.GetTypeUrl(), string(a.GetValue())}
-	}
-	return spec.chain, spec, cfgs, nil
+	return spec.chain, spec, chainConfigs{hcm: hcmConfig, tls: tlsConfig}, nil
 }
 
 // chainID hashes the content of a valid chain: whether it is the default

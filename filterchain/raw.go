@@ -140,13 +140,10 @@ func (c *chainCompiler) reuse(prev *compiledChain, i int) (chainSpec, error) {
 	for _, note := range prev.ignored {
 		c.ignored = append(c.ignored, fmt.Sprintf("%v: %s", spec.ref, note))
 	}
-	for _, e := range []struct {
-		key   configKey
-		entry *configEntry
-	}{{prev.configs.hcmKey, prev.configs.hcm}, {prev.configs.tlsKey, prev.configs.tls}} {
-		if e.entry != nil {
+	for _, e := range []*configEntry{prev.configs.hcm, prev.configs.tls} {
+		if e != nil {
 			if _, ok := c.configs[e.key]; !ok {
-				c.configs[e.key] = e.entry
+				c.configs[e.key] = e
 			}
 		}
 	}

@@ -325,7 +325,9 @@ func (ch *xdsChannel) runStream(gen uint64) (gotResponse bool, err error) {
 		gotResponse = true
 		done := make(chan struct{})
 		release := func() { close(done) }
-		if !ch.c.serializer.TrySchedule(func(context.Context) { ch.c.handleResponse(ch, gen, resp, release) }) {
+		// This goroutine waits for the response to be handled anyway: it
+		// handles it itself when the serializer is idle.
+		if !ch.c.serializer.RunOrSchedule(func(context.Context) { ch.c.handleResponse(ch, gen, resp, release) }) {
 			return gotResponse, errClientClosed
 		}
 		select {

@@ -59,6 +59,29 @@ func (s *CallbackSerializer) TrySchedule(f func(ctx context.Context)) bool {
 	return true
 }
 
+// RunOrSchedule is TrySchedule for a caller that may block for as long as
+// the callbacks take: when the serializer is idle, it runs f on the calling
+// goroutine, and then every callback queued meanwhile, before it returns;
+// otherwise it queues f. Order and mutual exclusion are as with
+// TrySchedule. It saves starting a goroutine (and growing its stack) for
+// work the caller waits for anyway.
+func (s *CallbackSerializer) RunOrSchedule(f func(ctx context.Context)) bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	s.queue = append(s.queue, f)
+	if s.running {
+		s.mu.Unlock()
+		return true
+	}
+	s.running = true
+	s.mu.Unlock()
+	s.run()
+	return true
+}
+
 // ScheduleOr queues f like TrySchedule, or, if the serializer is closed, calls
 // onFailure synchronously on the calling goroutine (f then never runs).
 // onFailure may be nil.

@@ -276,7 +276,9 @@ func (l *Listener) apply(r *xdsresource.Listener) {
 	l.applied = r
 	l.rds.Retain(l.applied, l.pending)
 	l.logInlineRouteErrors(r)
-	l.log.Infof("applied Listener %q: %d filter chain(s), %d kept, %d new, %d kept chain(s) with rerouted connections", l.p.Name, len(cfg.servers), len(kept), created, len(rerouted))
+	if l.log.V(2) {
+		l.log.Infof("applied Listener %q: %d filter chain(s), %d kept, %d new, %d kept chain(s) with rerouted connections", l.p.Name, len(cfg.servers), len(kept), created, len(rerouted))
+	}
 	if ignored := r.Table.Ignored(); len(ignored) > 0 && l.log.V(2) {
 		// Accepted fields without effect (gRFC A29's ignored fields,
 		// deprecated duplicates): worth knowing when debugging, not a
@@ -347,17 +349,25 @@ func (l *Listener) setMode(mode connectivity.ServingMode, err error) {
 		l.p.Metrics.ServingChanged(-1)
 	}
 	cb := l.p.ModeCallback
-	logf := l.log.Warningf
-	if cb != nil {
-		logf = l.log.Infof
+	switch {
+	case cb != nil:
+		// The callback is the user's log of transitions; the server's own
+		// lines are for debugging (formatting them costs a push).
+		if l.log.V(2) {
+			l.logMode(l.log.Infof, mode, err)
+		}
+		cb(l.p.Lis.Addr(), mode, err)
+	default:
+		l.logMode(l.log.Warningf, mode, err)
 	}
+}
+
+// logMode logs a serving-mode transition with logf.
+func (l *Listener) logMode(logf func(string, ...any), mode connectivity.ServingMode, err error) {
 	if mode == connectivity.ServingModeServing {
 		logf("serving (Listener %q)", l.p.Name)
 	} else {
 		logf("not serving (Listener %q): %v", l.p.Name, err)
-	}
-	if cb != nil {
-		cb(l.p.Lis.Addr(), mode, err)
 	}
 }
 
