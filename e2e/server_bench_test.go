@@ -32,10 +32,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
+	grpcxds "google.golang.org/grpc/xds"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-
-	grpcxds "google.golang.org/grpc/xds"
 
 	"github.com/proxyless-grpc/xds"
 	"github.com/proxyless-grpc/xds/internal/testutils"
