@@ -50,6 +50,10 @@ type Params struct {
 	// listener's serializer and never under a lock; nil logs transitions at
 	// warning level instead.
 	ModeCallback func(addr net.Addr, mode connectivity.ServingMode, err error)
+	// ModeObserver, when not nil, is told of every serving-mode transition
+	// too, before ModeCallback and whether or not there is one (the server's
+	// readiness report); same calling rules.
+	ModeObserver func(mode connectivity.ServingMode)
 	// Conns configures the per-connection servers (its Log is set by New).
 	Conns connserver.Options
 	// Metrics records the listener's metrics; nil records none.
@@ -347,6 +351,9 @@ func (l *Listener) setMode(mode connectivity.ServingMode, err error) {
 		l.p.Metrics.ServingChanged(1)
 	case was == connectivity.ServingModeServing:
 		l.p.Metrics.ServingChanged(-1)
+	}
+	if obs := l.p.ModeObserver; obs != nil {
+		obs(mode)
 	}
 	cb := l.p.ModeCallback
 	switch {
