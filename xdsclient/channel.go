@@ -41,6 +41,8 @@ type xdsChannel struct {
 	streamGen uint64                  // the stream the serializer knows to be up; 0 if none
 	failing   bool                    // the last stream ended before any response
 	connected bool                    // gRFC A78 grpc.xds_client.connected
+	lastErr   error                   // how the last stream ended; nil if none has
+	lastErrAt time.Time               // when
 	closed    bool
 	types     map[string]*typeState // by type URL
 }
@@ -236,6 +238,7 @@ func (c *Client) handleStreamDown(ch *xdsChannel, err error, gotResponse bool) {
 		return
 	}
 	ch.streamGen = 0
+	ch.lastErr, ch.lastErrAt = err, time.Now()
 	c.stopTimersOf(ch)
 	if gotResponse {
 		logger.Infof("xdsclient: ADS stream to %q ended after receiving responses, reconnecting: %v [xds node id %q]", ch.server, err, c.nodeID)
