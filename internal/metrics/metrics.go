@@ -1,6 +1,8 @@
 // Package metrics records the xDS server's OpenTelemetry metrics: serving
-// state, connections accepted and rejected, drains, and RBAC decisions, per
-// listener, under the "grpc.xds_server." prefix. (The xDS client records its
+// state, connections accepted and rejected, drains, RBAC decisions, and TLS
+// handshakes and certificate expiry per filter chain, per listener, under
+// the "grpc.xds_server." prefix (the handshake count follows gRFC A118's
+// "grpc.server.tls.handshakes"). (The xDS client records its
 // own gRFC A78 metrics, in package xdsclient.)
 //
 // Every recorder is nil-safe: a nil *Server, *Listener or *RBAC records
@@ -68,6 +70,7 @@ type Server struct {
 	rejected metric.Int64Counter
 	drains   metric.Int64Counter
 	rbac     metric.Int64Counter
+	tls      *tlsInstruments
 }
 
 // NewServer creates the instruments on mp. A nil mp returns nil, which
@@ -101,6 +104,7 @@ func NewServer(mp metric.MeterProvider) *Server {
 	s.rbac, err = m.Int64Counter(RBACDecisions, metric.WithUnit("{call}"),
 		metric.WithDescription("RPCs allowed or denied by an RBAC HTTP filter."))
 	keep(err)
+	s.tls = newTLSInstruments(m, &errs)
 	if len(errs) > 0 {
 		logger.Errorf("xds: creating metrics: %v", errs)
 	}

@@ -120,7 +120,7 @@ func New(p Params) *Listener {
 		serveDone: make(chan struct{}),
 		mode:      connectivity.ServingModeStarting,
 	}
-	l.hsLog = security.NewHandshakeLog(l.log)
+	l.hsLog = security.NewHandshakeLog(l.log, p.Metrics)
 	p.Conns.Log = l.log
 	l.conns = connserver.NewGroup(p.Conns)
 	l.rds = rds.New(rds.Params{
