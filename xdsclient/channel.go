@@ -86,6 +86,12 @@ func serverKey(s *bootstrap.ServerConfig) string {
 		b.WriteByte(0)
 		b.WriteString(f)
 	}
+	for _, cc := range s.CallCreds {
+		b.WriteByte(1)
+		b.WriteString(cc.Type)
+		b.WriteByte(0)
+		b.WriteString(cc.JWTTokenFile)
+	}
 	return b.String()
 }
 
@@ -106,15 +112,15 @@ func (c *Client) acquireChannel(server *bootstrap.ServerConfig) *xdsChannel {
 		users:  make(map[*authority]struct{}),
 		types:  make(map[string]*typeState),
 	}
-	creds, err := transportCredentials(server)
+	opts, err := credentialOptions(server)
 	if err == nil {
 		// gRPC's default 4 MB receive limit is far below what a
 		// control plane may send (a Listener with thousands of filter
 		// chains): over it the stream breaks and reconnects forever
 		// without the resource ever being seen or NACKed. Envoy has no
 		// such limit either.
-		ch.cc, err = grpc.NewClient(server.ServerURI, grpc.WithTransportCredentials(creds),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxResponseSize)))
+		opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxResponseSize)))
+		ch.cc, err = grpc.NewClient(server.ServerURI, opts...)
 	}
 	ch.dialErr = err
 	c.channels[key] = ch

@@ -1,24 +1,29 @@
 // Package testcerts makes certificate authorities and certificates at test
-// time (ECDSA P-256, crypto/x509), so that no key or certificate is committed.
-// Only tests import it.
+// time (ECDSA P-256, crypto/x509), SPIFFE bundle maps and JWTs, so that no
+// key, certificate or token is committed. Only tests import it.
 package testcerts
 
 import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
+	"fmt"
 	"math/big"
 	"net"
 	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -244,4 +249,49 @@ func SPIFFEBundleMap(t testing.TB, domains map[string][]*CA) []byte {
 func WriteFile(t testing.TB, path string, data []byte) {
 	t.Helper()
 	writeAtomic(t, path, data)
+}
+
+// JWT returns a JWT with claims, signed with HS256 and key, as a JWT token
+// file holds it. Only a management server that knows key can verify it.
+func JWT(t testing.TB, key []byte, claims map[string]any) string {
+	t.Helper()
+	enc := func(v any) string {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatalf("testcerts: encoding JWT: %v", err)
+		}
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	signed := enc(map[string]string{"alg": "HS256", "typ": "JWT"}) + "." + enc(claims)
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(signed))
+	return signed + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// VerifyJWT checks an HS256 JWT made by JWT: its signature with key and
+// its exp claim against now. It returns the claims.
+func VerifyJWT(token string, key []byte, now time.Time) (map[string]any, error) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return nil, errors.New("not a JWT")
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(parts[0] + "." + parts[1]))
+	sig, err := base64.RawURLEncoding.DecodeString(parts[2])
+	if err != nil || !hmac.Equal(sig, mac.Sum(nil)) {
+		return nil, errors.New("bad signature")
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return nil, fmt.Errorf("payload: %v", err)
+	}
+	var claims map[string]any
+	if err := json.Unmarshal(payload, &claims); err != nil {
+		return nil, fmt.Errorf("payload: %v", err)
+	}
+	exp, ok := claims["exp"].(float64)
+	if !ok || !now.Before(time.Unix(int64(exp), 0)) {
+		return nil, errors.New("expired or no exp")
+	}
+	return claims, nil
 }
