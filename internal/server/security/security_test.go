@@ -1,8 +1,15 @@
 package security
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/netip"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -38,5 +45,37 @@ func TestHandshakeFailureLogging(t *testing.T) {
 	h.failed("chain-a", src, metrics.TLSUnknownCA, errBad)
 	if n := logs.Count("W", prefix, `filter chain "chain-a"`, "4 more failure(s)"); n != 1 {
 		t.Errorf("%d warnings for chain-a with the count of 4, want 1; lines: %q", n, logs.Matching(prefix))
+	}
+}
+
+// TestClassify: each failed handshake is counted under the result its
+// error means, found by type, never by text.
+func TestClassify(t *testing.T) {
+	leaf := &x509.Certificate{NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(-time.Minute)}
+	future := &x509.Certificate{NotBefore: time.Now().Add(time.Hour), NotAfter: time.Now().Add(2 * time.Hour)}
+	verifyErr := func(err error) error {
+		return fmt.Errorf("handshake: %w", &tls.CertificateVerificationError{Err: err})
+	}
+	tests := []struct {
+		desc string
+		err  error
+		want metrics.TLSResult
+	}{
+		{"unknown authority", verifyErr(x509.UnknownAuthorityError{}), metrics.TLSUnknownCA},
+		{"expired", verifyErr(x509.CertificateInvalidError{Cert: leaf, Reason: x509.Expired}), metrics.TLSExpired},
+		{"not yet valid", verifyErr(x509.CertificateInvalidError{Cert: future, Reason: x509.Expired}), metrics.TLSNotYetValid},
+		{"wrong usage", verifyErr(x509.CertificateInvalidError{Cert: leaf, Reason: x509.IncompatibleUsage}), metrics.TLSBadCertificate},
+		{"other verification error", verifyErr(errors.New("x")), metrics.TLSBadCertificate},
+		{"no certificate", &verifyError{result: metrics.TLSNoClientCert, err: errNoClientCert}, metrics.TLSNoClientCert},
+		{"SPIFFE", fmt.Errorf("x: %w", &verifyError{result: metrics.TLSSPIFFEMismatch, err: errors.New("y")}), metrics.TLSSPIFFEMismatch},
+		{"peer closed", io.EOF, metrics.TLSPeerClosed},
+		{"peer reset", &net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, metrics.TLSPeerClosed},
+		{"deadline", &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}, metrics.TLSTimeout},
+		{"anything else", errors.New("tls: first record does not look like a TLS handshake"), metrics.TLSUnknownFailure},
+	}
+	for _, tc := range tests {
+		if got := classify(tc.err); got != tc.want {
+			t.Errorf("%s: classify(%v) = %v, want %v", tc.desc, tc.err, got, tc.want)
+		}
 	}
 }
