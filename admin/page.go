@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
+	"github.com/proxyless-grpc/xds/internal/server/rpcpath"
 	"github.com/proxyless-grpc/xds/internal/server/status"
 	"github.com/proxyless-grpc/xds/internal/xdsresource"
 	"github.com/proxyless-grpc/xds/xdsclient"
@@ -39,7 +40,7 @@ type listenerView struct {
 	Resource    resourceView
 	Chains      []chainView
 	Drains      []drainView
-	RBAC        []status.RBACCount
+	RBAC        []rpcpath.RBACCount
 	NoneApplied bool
 }
 
@@ -132,7 +133,7 @@ func buildListener(st *status.Server, l status.Listener) listenerView {
 	} else {
 		v.NoneApplied = true
 	}
-	rbac := make(map[string]status.RBACCount)
+	rbac := make(map[string]rpcpath.RBACCount)
 	for _, c := range l.RBAC {
 		rbac[c.Filter] = c
 	}
@@ -165,7 +166,7 @@ func buildListener(st *status.Server, l status.Listener) listenerView {
 	return v
 }
 
-func buildChain(st *status.Server, c status.Chain, src *listenerpb.FilterChain, rbac map[string]status.RBACCount) chainView {
+func buildChain(st *status.Server, c status.Chain, src *listenerpb.FilterChain, rbac map[string]rpcpath.RBACCount) chainView {
 	fc := c.Chain
 	v := chainView{Name: chainName(fc.Name), Default: fc.IsDefault, Live: c.Conns.Live, Draining: c.Conns.Draining}
 	if src != nil {

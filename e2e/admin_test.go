@@ -19,10 +19,13 @@ import (
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	rbacconfigpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	csdspb "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -64,7 +67,11 @@ func startAdminScenario(ctx context.Context, t *testing.T) *adminScenario {
 		{Name: hostileRouteName, Match: prefixMatch("/grpc.testing.TestService/"), Action: &routepb.Route_NonForwardingAction{}},
 	})
 	rc.VirtualHosts[0].Routes = append(rc.VirtualHosts[0].Routes, clientRoute(pathMatch("/other.Service/Method")))
-	plain := chainSpec{name: "plain", match: &listenerpb.FilterChainMatch{SourcePrefixRanges: []*corepb.CidrRange{cidr("127.0.0.1/32")}}, rds: rds}
+	denyMallory := rbacRules(rbacconfigpb.RBAC_DENY, map[string]*rbacconfigpb.Policy{
+		"no-mallory": {Permissions: []*rbacconfigpb.Permission{anyPermission()}, Principals: []*rbacconfigpb.Principal{headerPrincipal("x-user", "mallory")}},
+	})
+	plain := chainSpec{name: "plain", match: &listenerpb.FilterChainMatch{SourcePrefixRanges: []*corepb.CidrRange{cidr("127.0.0.1/32")}}, rds: rds,
+		filters: []*hcmpb.HttpFilter{{Name: "rbac-deny", ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: anyOf(t, denyMallory)}}}}
 	old := chainSpec{name: "old", match: &listenerpb.FilterChainMatch{SourcePrefixRanges: []*corepb.CidrRange{cidr("127.0.0.3/32")}}}
 	mtls := chainSpec{name: "mtls", match: &listenerpb.FilterChainMatch{SourcePrefixRanges: []*corepb.CidrRange{cidr("127.0.0.2/32")}}}
 
@@ -72,8 +79,12 @@ func startAdminScenario(ctx context.Context, t *testing.T) *adminScenario {
 	s.modes.wait(ctx, t, lis.Addr(), connectivity.ServingModeServing)
 	st := newClient(t, lis.Addr(), "127.0.0.3", 0).startStream(ctx, t)
 	t.Cleanup(func() { st.cancel() })
-	if code := newClient(t, lis.Addr(), "127.0.0.1", 0).emptyCall(ctx); code != codes.OK {
+	plainClient := newClient(t, lis.Addr(), "127.0.0.1", 0)
+	if code := plainClient.emptyCall(ctx); code != codes.OK {
 		t.Fatalf("EmptyCall on chain plain: %v, want OK", code)
+	}
+	if code := plainClient.emptyCall(metadata.AppendToOutgoingContext(ctx, "x-user", "mallory")); code != codes.PermissionDenied {
+		t.Fatalf("EmptyCall as mallory on chain plain: %v, want PermissionDenied", code)
 	}
 
 	// v2: "old" goes away (its connection drains for an hour), "mtls" is
@@ -165,6 +176,7 @@ func checkPageText(t *testing.T, sc *adminScenario, text string) {
 		`RouteConfiguration "` + sc.rdsName + `" (RDS), version 3 — ACKED: accepted`,
 		strconv.Quote(hostileRouteName) + `: prefix "/grpc.testing.TestService/" → served`,
 		`path "/other.Service/Method" → route: fails with UNAVAILABLE on a server`,
+		"rbac-deny envoy.extensions.filters.http.rbac.v3.RBAC — 1 allowed, 1 denied",
 		"router envoy.extensions.filters.http.router.v3.Router",
 		`Filter chain "mtls"`,
 		"source in 127.0.0.2/32",
@@ -175,6 +187,7 @@ func checkPageText(t *testing.T, sc *adminScenario, text string) {
 		"\"old\"\n1\nits filter chain changed or was removed",
 		"1 live, 0 draining", // plain
 		"0 live, 0 draining", // mtls
+		"RBAC decisions\nHTTP filter\nAllowed\nDenied\nrbac-deny\n1\n1",
 		"Control plane",
 		"connected (ADS stream up)",
 	} {

@@ -86,6 +86,7 @@ type Listener struct {
 	rds       *rds.Handler // only used on the serializer
 	conns     *connserver.Group
 	hsLog     *security.HandshakeLog
+	obs       *rpcpath.Observers // count the RBAC filters' decisions
 	cancelLDS func()
 	closing   *syncutil.Event // fired when Close starts; the accept loop then exits quietly
 	serveDone chan struct{}   // closed when the accept loop has returned
@@ -127,14 +128,15 @@ func New(p Params) *Listener {
 		mode:      connectivity.ServingModeStarting,
 	}
 	l.hsLog = security.NewHandshakeLog(l.log)
+	l.obs = &rpcpath.Observers{Metrics: p.Metrics, Decisions: &rpcpath.Decisions{}}
 	p.Conns.Log = l.log
 	l.conns = connserver.NewGroup(p.Conns)
 	l.rds = rds.New(rds.Params{
-		Client:   p.Client,
-		Schedule: l.schedule,
-		OnAnswer: l.maybeApply,
-		Metrics:  p.Metrics,
-		Log:      l.log,
+		Client:    p.Client,
+		Schedule:  l.schedule,
+		OnAnswer:  l.maybeApply,
+		Observers: l.obs,
+		Log:       l.log,
 	})
 	l.log.Infof("watching Listener %q", p.Name)
 	l.cancelLDS = xdsclient.Watch[*xdsresource.Listener](p.Client, xdsresource.ListenerType, p.Name, &ldsWatcher{l: l})
@@ -308,7 +310,7 @@ func (l *Listener) newChainServer(fc *filterchain.FilterChain, inline map[*filte
 	if fc.HCM.RDSName != "" {
 		src, release = l.rds.Source(fc.HCM)
 	} else if src = inline[fc.HCM]; src == nil {
-		src = rpcpath.NewSource(rpcpath.NewRoutes(fc.HCM.Routes, fc.HCM, l.p.Metrics))
+		src = rpcpath.NewSource(rpcpath.NewRoutes(fc.HCM.Routes, fc.HCM, l.obs))
 		inline[fc.HCM] = src
 	}
 	sec := security.NewChain(fc, l.p.Client.BootstrapConfig().CertProviders, l.hsLog)
@@ -385,9 +387,9 @@ type modeState struct {
 
 // Status returns the listener's status now, for people to read: its mode,
 // the Listener it serves with, and the connections of every chain server.
-// The RBAC counts are left to the caller. Safe to call from any goroutine.
+// Safe to call from any goroutine.
 func (l *Listener) Status() status.Listener {
-	st := status.Listener{Addr: l.p.Lis.Addr(), Name: l.p.Name, Mode: connectivity.ServingModeStarting}
+	st := status.Listener{Addr: l.p.Lis.Addr(), Name: l.p.Name, Mode: connectivity.ServingModeStarting, RBAC: l.obs.Decisions.Counts()}
 	if m := l.modeNow.Load(); m != nil {
 		st.Mode, st.Err, st.Since = m.mode, m.err, m.since
 	}

@@ -56,8 +56,9 @@ type Listener struct {
 	// Retired are the chain servers out of service that still have
 	// connections draining (their chain changed or went away).
 	Retired []Chain
-	// RBAC are the decisions of the RBAC filters, by filter name.
-	RBAC []RBACCount
+	// RBAC are the decisions of the RBAC filters since the listener
+	// started, by filter instance name.
+	RBAC []rpcpath.RBACCount
 }
 
 // Chain is one filter chain and the connections it serves.
@@ -67,13 +68,6 @@ type Chain struct {
 	Routes *rpcpath.Routes
 	// Conns counts its connections.
 	Conns connserver.Stats
-}
-
-// RBACCount counts the decisions of the RBAC filter instances of one name
-// on one listener since it started serving.
-type RBACCount struct {
-	Filter          string
-	Allowed, Denied uint64
 }
 
 // ServerOf returns the status of srv, which must be an *xds.GRPCServer.
