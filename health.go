@@ -119,7 +119,7 @@ func (r *readiness) setLocked(e *readyEntry, serving bool) {
 	}
 	e.serving = serving
 	if e.service != "" {
-		r.hs.SetServingStatus(e.service, status(serving))
+		r.hs.SetServingStatus(e.service, healthStatus(serving))
 	}
 	r.reportLocked()
 }
@@ -156,13 +156,13 @@ func (r *readiness) reportLocked() {
 	for e := range r.entries {
 		serving = serving && e.serving
 	}
-	if st := status(serving); st != r.last {
+	if st := healthStatus(serving); st != r.last {
 		r.last = st
 		r.hs.SetServingStatus(r.opts.Service, st)
 	}
 }
 
-func status(serving bool) healthpb.HealthCheckResponse_ServingStatus {
+func healthStatus(serving bool) healthpb.HealthCheckResponse_ServingStatus {
 	if serving {
 		return healthpb.HealthCheckResponse_SERVING
 	}

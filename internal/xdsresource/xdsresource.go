@@ -55,6 +55,9 @@ type Listener struct {
 	raw *anypb.Any
 }
 
+// Raw returns the resource exactly as received. It must not be modified.
+func (l *Listener) Raw() *anypb.Any { return l.raw }
+
 // Equal reports whether o is a Listener with the same contents, so an
 // identical re-send reaches no watcher.
 //

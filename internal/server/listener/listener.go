@@ -31,6 +31,7 @@ import (
 	"github.com/proxyless-grpc/xds/internal/server/rpcpath"
 	"github.com/proxyless-grpc/xds/internal/server/security"
 	"github.com/proxyless-grpc/xds/internal/server/serverlog"
+	"github.com/proxyless-grpc/xds/internal/server/status"
 	"github.com/proxyless-grpc/xds/internal/syncutil"
 	"github.com/proxyless-grpc/xds/internal/xdsresource"
 	"github.com/proxyless-grpc/xds/xdsclient"
@@ -64,6 +65,7 @@ type Params struct {
 // the chain server of each of its filter chains. Immutable, except for the
 // log-once flag.
 type active struct {
+	res     *xdsresource.Listener // what table was compiled from
 	table   *filterchain.Table
 	servers map[*filterchain.FilterChain]*connserver.ChainServer
 	// loggedNoChain is set by the first connection that matched no chain,
@@ -84,9 +86,14 @@ type Listener struct {
 	rds       *rds.Handler // only used on the serializer
 	conns     *connserver.Group
 	hsLog     *security.HandshakeLog
+	obs       *rpcpath.Observers // count the RBAC filters' decisions
 	cancelLDS func()
 	closing   *syncutil.Event // fired when Close starts; the accept loop then exits quietly
 	serveDone chan struct{}   // closed when the accept loop has returned
+
+	// modeNow is the serving mode for the status page: set with mode, read
+	// anywhere.
+	modeNow atomic.Pointer[modeState]
 
 	// cur is what the accept path serves with; nil when not serving.
 	// Stored only under connMu, on the serializer or in Close.
@@ -121,14 +128,15 @@ func New(p Params) *Listener {
 		mode:      connectivity.ServingModeStarting,
 	}
 	l.hsLog = security.NewHandshakeLog(l.log, p.Metrics)
+	l.obs = &rpcpath.Observers{Metrics: p.Metrics, Decisions: &rpcpath.Decisions{}}
 	p.Conns.Log = l.log
 	l.conns = connserver.NewGroup(p.Conns)
 	l.rds = rds.New(rds.Params{
-		Client:   p.Client,
-		Schedule: l.schedule,
-		OnAnswer: l.maybeApply,
-		Metrics:  p.Metrics,
-		Log:      l.log,
+		Client:    p.Client,
+		Schedule:  l.schedule,
+		OnAnswer:  l.maybeApply,
+		Observers: l.obs,
+		Log:       l.log,
 	})
 	l.log.Infof("watching Listener %q", p.Name)
 	l.cancelLDS = xdsclient.Watch[*xdsresource.Listener](p.Client, xdsresource.ListenerType, p.Name, &ldsWatcher{l: l})
@@ -225,7 +233,7 @@ func (l *Listener) maybeApply() {
 // Only called on the serializer.
 func (l *Listener) apply(r *xdsresource.Listener) {
 	chains := r.Table.Chains()
-	cfg := &active{table: r.Table, servers: make(map[*filterchain.FilterChain]*connserver.ChainServer, len(chains))}
+	cfg := &active{res: r, table: r.Table, servers: make(map[*filterchain.FilterChain]*connserver.ChainServer, len(chains))}
 	// The new chain servers are built before connMu is taken: which old
 	// ones to keep depends only on chain IDs, and only the serializer
 	// changes cur.
@@ -302,7 +310,7 @@ func (l *Listener) newChainServer(fc *filterchain.FilterChain, inline map[*filte
 	if fc.HCM.RDSName != "" {
 		src, release = l.rds.Source(fc.HCM)
 	} else if src = inline[fc.HCM]; src == nil {
-		src = rpcpath.NewSource(rpcpath.NewRoutes(fc.HCM.Routes, fc.HCM, l.p.Metrics))
+		src = rpcpath.NewSource(rpcpath.NewRoutes(fc.HCM.Routes, fc.HCM, l.obs))
 		inline[fc.HCM] = src
 	}
 	sec := security.NewChain(fc, l.p.Client.BootstrapConfig().CertProviders, l.hsLog)
@@ -346,6 +354,7 @@ func (l *Listener) setMode(mode connectivity.ServingMode, err error) {
 	}
 	was := l.mode
 	l.mode = mode
+	l.modeNow.Store(&modeState{mode: mode, err: err, since: time.Now()})
 	switch {
 	case mode == connectivity.ServingModeServing:
 		l.p.Metrics.ServingChanged(1)
@@ -367,6 +376,46 @@ func (l *Listener) setMode(mode connectivity.ServingMode, err error) {
 	default:
 		l.logMode(l.log.Warningf, mode, err)
 	}
+}
+
+// modeState is a serving mode, why and since when.
+type modeState struct {
+	mode  connectivity.ServingMode
+	err   error
+	since time.Time
+}
+
+// Status returns the listener's status now, for people to read: its mode,
+// the Listener it serves with, and the connections of every chain server.
+// Safe to call from any goroutine.
+func (l *Listener) Status() status.Listener {
+	st := status.Listener{Addr: l.p.Lis.Addr(), Name: l.p.Name, Mode: connectivity.ServingModeStarting, RBAC: l.obs.Decisions.Counts()}
+	if m := l.modeNow.Load(); m != nil {
+		st.Mode, st.Err, st.Since = m.mode, m.err, m.since
+	}
+	cfg := l.cur.Load()
+	inService := make(map[*connserver.ChainServer]bool)
+	if cfg != nil {
+		st.Applied = cfg.res.Raw()
+		for _, fc := range cfg.table.Chains() {
+			cs := cfg.servers[fc]
+			inService[cs] = true
+			st.Chains = append(st.Chains, chainStatus(fc, cs))
+		}
+	}
+	for _, cs := range l.conns.ChainServers() {
+		if inService[cs] {
+			continue
+		}
+		if c := chainStatus(cs.Chain(), cs); c.Conns.Live+c.Conns.Draining > 0 {
+			st.Retired = append(st.Retired, c)
+		}
+	}
+	return st
+}
+
+func chainStatus(fc *filterchain.FilterChain, cs *connserver.ChainServer) status.Chain {
+	return status.Chain{Chain: fc, Routes: cs.Routes().Load(), Conns: cs.Stats()}
 }
 
 // logMode logs a serving-mode transition with logf.

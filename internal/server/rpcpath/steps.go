@@ -3,6 +3,10 @@ package rpcpath
 import (
 	"context"
 	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -21,9 +25,9 @@ import (
 // Filters that are disabled on a route, or have nothing to do there, are
 // left out. Identical (instance, config, override) triples share one step,
 // and routes with the same steps share one slice. A step that fails to build
-// fails its route's RPCs with UNAVAILABLE: fail closed, never open. m, if not
-// nil, counts the RBAC filters' decisions.
-func NewRoutes(router *routing.Router, hcm *filterchain.HTTPConnectionManager, m *metrics.Listener) *Routes {
+// fails its route's RPCs with UNAVAILABLE: fail closed, never open. obs, if
+// not nil, counts the RBAC filters' decisions.
+func NewRoutes(router *routing.Router, hcm *filterchain.HTTPConnectionManager, obs *Observers) *Routes {
 	rt := &Routes{router: router}
 	routes := router.Routes()
 	memo := make(map[stepKey]httpfilter.Step)
@@ -35,7 +39,7 @@ func NewRoutes(router *routing.Router, hcm *filterchain.HTTPConnectionManager, m
 			if !in.Active(override) {
 				continue
 			}
-			if s := buildStep(memo, in, override, m); s != nil {
+			if s := buildStep(memo, in, override, obs); s != nil {
 				steps = append(steps, s)
 			}
 		}
@@ -59,7 +63,7 @@ type stepKey struct {
 	config, override httpfilter.Config
 }
 
-func buildStep(memo map[stepKey]httpfilter.Step, in httpfilter.Instance, override httpfilter.Config, m *metrics.Listener) httpfilter.Step {
+func buildStep(memo map[stepKey]httpfilter.Step, in httpfilter.Instance, override httpfilter.Config, obs *Observers) httpfilter.Step {
 	key := stepKey{name: in.Name, config: in.Config, override: override}
 	comparable := isComparable(in.Config) && isComparable(override)
 	if comparable {
@@ -71,8 +75,8 @@ func buildStep(memo map[stepKey]httpfilter.Step, in httpfilter.Instance, overrid
 	if err != nil {
 		s = failStep{err: status.Errorf(codes.Unavailable, "xds: HTTP filter %q: %v", in.Name, err)}
 	}
-	if rs, ok := s.(*rbacfilter.Step); ok && m != nil {
-		s = countedRBACStep{step: rs, rec: m.RBAC(in.Name)}
+	if rs, ok := s.(*rbacfilter.Step); ok && obs != nil {
+		s = countedRBACStep{step: rs, rec: obs.Metrics.RBAC(in.Name), n: obs.Decisions.of(in.Name)}
 	}
 	if comparable {
 		memo[key] = s
@@ -96,20 +100,89 @@ func sameSteps(a, b []httpfilter.Step) bool {
 	return true
 }
 
-// countedRBACStep is an RBAC step whose decisions are counted in the
-// grpc.xds_server.rbac.decisions metric. It is used only when the server has
-// a MeterProvider, so a server without metrics pays nothing for it.
+// Observers count the decisions of a listener's RBAC filters.
+type Observers struct {
+	// Metrics records the grpc.xds_server.rbac.decisions metric; nil
+	// without a MeterProvider.
+	Metrics *metrics.Listener
+	// Decisions counts them for the status page; nil counts nothing.
+	Decisions *Decisions
+}
+
+// Decisions counts the decisions of RBAC filters by filter instance name,
+// across configuration changes. The zero value is ready; a nil *Decisions
+// counts nothing. Safe for concurrent use; counting takes no lock.
+type Decisions struct {
+	mu     sync.Mutex
+	byName map[string]*decisionCount // guarded by mu
+}
+
+type decisionCount struct {
+	allowed, denied atomic.Uint64
+}
+
+// of returns the counter of the filter instances named name, creating it.
+// Called when routes are built, never per RPC.
+func (d *Decisions) of(name string) *decisionCount {
+	if d == nil {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.byName == nil {
+		d.byName = make(map[string]*decisionCount)
+	}
+	c := d.byName[name]
+	if c == nil {
+		c = &decisionCount{}
+		d.byName[name] = c
+	}
+	return c
+}
+
+// RBACCount is the number of RPCs the RBAC filter instances of one name
+// allowed and denied.
+type RBACCount struct {
+	Filter          string
+	Allowed, Denied uint64
+}
+
+// Counts returns the counts by filter name, sorted by name.
+func (d *Decisions) Counts() []RBACCount {
+	if d == nil {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]RBACCount, 0, len(d.byName))
+	for name, c := range d.byName {
+		out = append(out, RBACCount{Filter: name, Allowed: c.allowed.Load(), Denied: c.denied.Load()})
+	}
+	slices.SortFunc(out, func(a, b RBACCount) int { return strings.Compare(a.Filter, b.Filter) })
+	return out
+}
+
+// countedRBACStep is an RBAC step whose decisions are counted: in the
+// grpc.xds_server.rbac.decisions metric when the server has a MeterProvider
+// (rec not nil), and for the status page (n not nil).
 type countedRBACStep struct {
 	step *rbacfilter.Step
 	rec  *metrics.RBAC
+	n    *decisionCount
 }
 
 func (s countedRBACStep) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, error) {
 	ctx, err := s.step.Run(ctx, rpc)
 	switch {
 	case err == nil:
+		if s.n != nil {
+			s.n.allowed.Add(1)
+		}
 		s.rec.Allowed(ctx)
 	case status.Code(err) == codes.PermissionDenied:
+		if s.n != nil {
+			s.n.denied.Add(1)
+		}
 		s.rec.Denied(ctx)
 	}
 	return ctx, err
