@@ -21,8 +21,10 @@ import (
 // warning, then at most one warning per interval per chain with the number
 // of failures in between; the others go to verbosity 2.
 func TestHandshakeFailureLogging(t *testing.T) {
-	const prefix = "[listener TestHandshakeFailureLogging]"
-	h := NewHandshakeLog(serverlog.New(prefix), nil)
+	// The log is process-wide: a prefix of its own per run keeps -count=N
+	// runs from seeing each other's lines.
+	prefix := fmt.Sprintf("[listener TestHandshakeFailureLogging-%d]", time.Now().UnixNano())
+	h := NewHandshakeLog(serverlog.New("%s", prefix), nil)
 	now := time.Now()
 	h.now = func() time.Time { return now }
 	src := netip.MustParseAddrPort("127.0.0.1:1234")
