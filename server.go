@@ -176,18 +176,12 @@ func (s *GRPCServer) Serve(lis net.Listener) error {
 	if !addr.Addr().IsValid() {
 		return fmt.Errorf("xds: Serve needs a listener bound to an IP address, got %v", tcp)
 	}
-	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
-		lis.Close()
-		return grpc.ErrServerStopped
-	}
 	name, err := s.client.BootstrapConfig().ServerListenerName(addr)
 	if err != nil {
-		s.mu.Unlock()
 		return fmt.Errorf("xds: %w", err) // checked by NewGRPCServer: cannot happen
 	}
-	s.serving = true
+	// The readiness entry exists before the listener watches, so that no
+	// transition is missed; after a Stop it stays not serving.
 	var ready *readyEntry
 	var observe func(connectivity.ServingMode)
 	if s.ready != nil {
@@ -196,6 +190,13 @@ func (s *GRPCServer) Serve(lis net.Listener) error {
 			s.ready.set(ready, mode == connectivity.ServingModeServing)
 		}
 	}
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		lis.Close()
+		return grpc.ErrServerStopped
+	}
+	s.serving = true
 	l := listener.New(listener.Params{
 		Lis:          lis,
 		Addr:         addr,
@@ -250,16 +251,16 @@ func (s *GRPCServer) stop(graceful bool) {
 		return
 	}
 	s.stopped = true
-	if s.ready != nil {
-		// Before any connection is drained: a probe must see the server
-		// going away as soon as it starts to.
-		s.ready.stop()
-	}
 	ls := make([]*listener.Listener, 0, len(s.lis))
 	for l := range s.lis {
 		ls = append(ls, l)
 	}
 	s.mu.Unlock()
+	if s.ready != nil {
+		// Before any connection is drained: a probe must see the server
+		// going away as soon as it starts to.
+		s.ready.stop()
+	}
 
 	var wg sync.WaitGroup
 	for _, l := range ls {
