@@ -43,7 +43,8 @@ type ServingModeChangeArgs struct {
 // not affected). f must not call Stop or GracefulStop of the server and wait
 // for it, since they wait for f to return; call them from another goroutine.
 //
-// Without this option each transition is logged at warning level.
+// Without this option each transition is logged at warning level; with
+// it, the server logs transitions only at verbosity 2.
 func ServingModeCallback(f func(addr net.Addr, args ServingModeChangeArgs)) grpc.ServerOption {
 	return &servingModeCallbackOption{f: f}
 }
@@ -156,6 +157,7 @@ type serverOptions struct {
 	pool         *xdsclient.Pool
 	meters       metric.MeterProvider // nil: no metrics
 	metrics      *metrics.Server      // nil without meters
+	readiness    *readinessConfig     // nil: no ReadinessHealth
 	// grpcOpts are every option that is not this package's, in order; they
 	// are given to every grpc.Server the GRPCServer creates.
 	grpcOpts []grpc.ServerOption
@@ -195,6 +197,11 @@ func parseOptions(opts []grpc.ServerOption) (*serverOptions, error) {
 			so.bootstrap = o.contents
 		case *meterProviderOption:
 			so.meters = o.mp
+		case *readinessOption:
+			if o.r.hs == nil {
+				return nil, fmt.Errorf("xds: ReadinessHealth: the health server is nil")
+			}
+			so.readiness = &o.r
 		case *clientPoolOption:
 			so.pool = o.p
 			if so.pool == nil {

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/tap"
 
 	"github.com/proxyless-grpc/xds/bootstrap"
@@ -34,6 +35,9 @@ type GRPCServer struct {
 	// GetServiceInfo. Immutable pointer; grpc.Server is safe for concurrent
 	// use.
 	catalog *grpc.Server
+	// ready reports the serving state to the health server of
+	// ReadinessHealth; nil without that option. Immutable pointer.
+	ready *readiness
 
 	mu sync.Mutex
 	// services are the registrations, replayed into every grpc.Server the
@@ -48,10 +52,10 @@ type GRPCServer struct {
 }
 
 // NewGRPCServer returns an xDS-enabled gRPC server. opts may mix this
-// package's options (ServingModeCallback, DrainGraceTime, DrainJitter,
-// BootstrapContents, ClientPool, MeterProvider) with any grpc.ServerOption,
-// which is passed to every grpc.Server the GRPCServer creates (credentials,
-// interceptors, stats handlers, keepalive, ...).
+// package's options (ServingModeCallback, ReadinessHealth, DrainGraceTime,
+// DrainJitter, BootstrapContents, ClientPool, MeterProvider) with any
+// grpc.ServerOption, which is passed to every grpc.Server the GRPCServer
+// creates (credentials, interceptors, stats handlers, keepalive, ...).
 //
 // The xDS bootstrap is read now: from BootstrapContents, else from the
 // environment variables GRPC_XDS_BOOTSTRAP_CONFIG (contents) and
@@ -88,14 +92,18 @@ func NewGRPCServer(opts ...grpc.ServerOption) (*GRPCServer, error) {
 		catalog.Stop()
 		return nil, fmt.Errorf("xds: creating the xDS client: %w", err)
 	}
-	return &GRPCServer{
+	s := &GRPCServer{
 		opts:     so,
 		client:   client,
 		release:  release,
 		catalog:  catalog,
 		lis:      make(map[*listener.Listener]struct{}),
 		stopDone: make(chan struct{}),
-	}, nil
+	}
+	if so.readiness != nil {
+		s.ready = newReadiness(*so.readiness)
+	}
+	return s, nil
 }
 
 // newCatalogServer builds the grpc.Server that records registrations, and
@@ -168,16 +176,25 @@ func (s *GRPCServer) Serve(lis net.Listener) error {
 	if !addr.Addr().IsValid() {
 		return fmt.Errorf("xds: Serve needs a listener bound to an IP address, got %v", tcp)
 	}
+	name, err := s.client.BootstrapConfig().ServerListenerName(addr)
+	if err != nil {
+		return fmt.Errorf("xds: %w", err) // checked by NewGRPCServer: cannot happen
+	}
+	// The readiness entry exists before the listener watches, so that no
+	// transition is missed; after a Stop it stays not serving.
+	var ready *readyEntry
+	var observe func(connectivity.ServingMode)
+	if s.ready != nil {
+		ready = s.ready.add(lis.Addr())
+		observe = func(mode connectivity.ServingMode) {
+			s.ready.set(ready, mode == connectivity.ServingModeServing)
+		}
+	}
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
 		lis.Close()
 		return grpc.ErrServerStopped
-	}
-	name, err := s.client.BootstrapConfig().ServerListenerName(addr)
-	if err != nil {
-		s.mu.Unlock()
-		return fmt.Errorf("xds: %w", err) // checked by NewGRPCServer: cannot happen
 	}
 	s.serving = true
 	l := listener.New(listener.Params{
@@ -186,6 +203,7 @@ func (s *GRPCServer) Serve(lis net.Listener) error {
 		Name:         name,
 		Client:       s.client,
 		ModeCallback: s.opts.modeCallback(),
+		ModeObserver: observe,
 		Conns: connserver.Options{
 			GRPCOptions: s.opts.grpcOpts,
 			Services:    s.services,
@@ -196,7 +214,11 @@ func (s *GRPCServer) Serve(lis net.Listener) error {
 	})
 	s.lis[l] = struct{}{}
 	s.mu.Unlock()
-	return l.Serve()
+	err = l.Serve()
+	if err != nil && ready != nil {
+		s.ready.fail(ready)
+	}
+	return err
 }
 
 // Stop stops the server at once: it closes every listener passed to Serve
@@ -234,6 +256,11 @@ func (s *GRPCServer) stop(graceful bool) {
 		ls = append(ls, l)
 	}
 	s.mu.Unlock()
+	if s.ready != nil {
+		// Before any connection is drained: a probe must see the server
+		// going away as soon as it starts to.
+		s.ready.stop()
+	}
 
 	var wg sync.WaitGroup
 	for _, l := range ls {

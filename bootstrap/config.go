@@ -94,6 +94,12 @@ type ServerConfig struct {
 	// IgnoreResourceDeletion is true when ServerFeatures contains
 	// "ignore_resource_deletion" (gRFC A53).
 	IgnoreResourceDeletion bool
+
+	// CallCreds are the entries of the bootstrap's call_creds list whose
+	// type this library supports, in order (gRFC A97: every supported entry
+	// applies; others are ignored). Nil when there are none. Set only with
+	// CredsTLS channel credentials.
+	CallCreds []CallCreds
 }
 
 // String returns the server URI, for logs and errors.
@@ -106,8 +112,14 @@ func (s *ServerConfig) Equal(o *ServerConfig) bool {
 		return s == o
 	}
 	if s.ServerURI != o.ServerURI || s.IgnoreResourceDeletion != o.IgnoreResourceDeletion ||
-		!s.ChannelCreds.equal(o.ChannelCreds) || len(s.ServerFeatures) != len(o.ServerFeatures) {
+		!s.ChannelCreds.equal(o.ChannelCreds) || len(s.ServerFeatures) != len(o.ServerFeatures) ||
+		len(s.CallCreds) != len(o.CallCreds) {
 		return false
+	}
+	for i := range s.CallCreds {
+		if !s.CallCreds[i].equal(o.CallCreds[i]) {
+			return false
+		}
 	}
 	for i := range s.ServerFeatures {
 		if s.ServerFeatures[i] != o.ServerFeatures[i] {
@@ -164,6 +176,30 @@ type TLSCreds struct {
 	RefreshInterval time.Duration
 }
 
+// Call credential types supported in the bootstrap's call_creds (gRFC A97).
+const (
+	// CallCredsJWTTokenFile sends the JWT read from a file as
+	// "authorization: Bearer <token>" on every stream to the server.
+	CallCredsJWTTokenFile = "jwt_token_file"
+)
+
+// CallCreds is one supported entry of a server's call_creds (gRFC A97).
+type CallCreds struct {
+	// Type is CallCredsJWTTokenFile.
+	Type string
+	// Config is the raw "config" object of the entry as written.
+	// Informational: the fields below say everything this library uses.
+	Config json.RawMessage
+	// JWTTokenFile is the file holding the JWT, for CallCredsJWTTokenFile.
+	// Non-empty.
+	JWTTokenFile string
+}
+
+// equal compares Type and the parsed fields, not the raw Config.
+func (c CallCreds) equal(o CallCreds) bool {
+	return c.Type == o.Type && c.JWTTokenFile == o.JWTTokenFile
+}
+
 // Authority is one entry of the bootstrap's "authorities" (gRFC A47).
 type Authority struct {
 	// ClientListenerResourceNameTemplate is the template for client Listener
@@ -191,8 +227,8 @@ type CertProviderConfig struct {
 
 // FileWatcherConfig is the config of the "file_watcher" certificate provider.
 //
-// At least one of CertificateFile (with PrivateKeyFile) and
-// CACertificateFile is set.
+// At least one of CertificateFile (with PrivateKeyFile), CACertificateFile
+// and SPIFFETrustBundleMapFile is set.
 type FileWatcherConfig struct {
 	// CertificateFile is the PEM identity certificate chain; set together
 	// with PrivateKeyFile, or both empty.
@@ -200,8 +236,14 @@ type FileWatcherConfig struct {
 	// PrivateKeyFile is the PEM private key of CertificateFile.
 	PrivateKeyFile string
 	// CACertificateFile is the PEM trust bundle; empty when the provider
-	// only supplies an identity.
+	// only supplies an identity. Not used when SPIFFETrustBundleMapFile is
+	// set (gRFC A87), but kept as written.
 	CACertificateFile string
+	// SPIFFETrustBundleMapFile is the SPIFFE trust bundle map (gRFC A87):
+	// JSON mapping each trust domain to its bundle. When set, peers are
+	// verified against the bundle of the trust domain of their SPIFFE ID,
+	// never against CACertificateFile.
+	SPIFFETrustBundleMapFile string
 	// RefreshInterval is how often the files are re-read; 10 minutes when
 	// absent. Always positive.
 	RefreshInterval time.Duration

@@ -69,15 +69,90 @@ func buildChannelCreds(path, typ string, entry object) (ChannelCreds, error) {
 	if typ != CredsTLS {
 		return c, nil
 	}
-	files, err := parseCertFiles(join(path, "config"), cfg)
+	cfgPath := join(path, "config")
+	files, err := parseCertFiles(cfgPath, cfg)
 	if err != nil {
 		return ChannelCreds{}, err
+	}
+	if _, ok := cfg.get(fieldSPIFFEMap); ok {
+		// Verifying the management server with the CA file (or the system
+		// roots) when the bootstrap asks for SPIFFE verification would
+		// trust servers the map would refuse: refuse it instead.
+		return ChannelCreds{}, fieldError(join(cfgPath, fieldSPIFFEMap),
+			fmt.Errorf("%w: not supported in channel_creds (only in a file_watcher of certificate_providers)", ErrInvalidValue))
 	}
 	c.TLS = &TLSCreds{
 		CACertificateFile: files.CACertificateFile,
 		CertificateFile:   files.CertificateFile,
 		PrivateKeyFile:    files.PrivateKeyFile,
 		RefreshInterval:   files.RefreshInterval,
+	}
+	return c, nil
+}
+
+// fieldSPIFFEMap is the file_watcher field of gRFC A87.
+const fieldSPIFFEMap = "spiffe_trust_bundle_map_file"
+
+// parseCallCreds parses the optional call_creds list of the server at path
+// (gRFC A97): every entry is checked for shape, and the supported ones are
+// returned in order; unsupported types are skipped. creds is the server's
+// selected channel credentials: a bearer token is only sent over TLS.
+func parseCallCreds(path string, server object, creds ChannelCreds) ([]CallCreds, error) {
+	raw, ok := server.get("call_creds")
+	if !ok {
+		return nil, nil
+	}
+	list, err := decodeArray(path, raw)
+	if err != nil {
+		return nil, err
+	}
+	var out []CallCreds
+	for i, raw := range list {
+		entryPath := index(path, i)
+		entry, err := decodeObject(entryPath, raw)
+		if err != nil {
+			return nil, err
+		}
+		typ, err := entry.str(entryPath, "type")
+		if err != nil {
+			return nil, err
+		}
+		switch typ {
+		case "":
+			return nil, missing(join(entryPath, "type"))
+		case CallCredsJWTTokenFile:
+		default:
+			continue // gRFC A97: unsupported call credentials are ignored
+		}
+		c, err := parseJWTTokenFile(entryPath, entry)
+		if err != nil {
+			return nil, err
+		}
+		if creds.Type != CredsTLS {
+			return nil, fieldError(entryPath, fmt.Errorf("%w: %s call credentials need %q channel_creds, not %q: the token would be sent in the clear",
+				ErrInvalidValue, typ, CredsTLS, creds.Type))
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// parseJWTTokenFile parses the jwt_token_file call credentials entry at path.
+func parseJWTTokenFile(path string, entry object) (CallCreds, error) {
+	cfgPath := join(path, "config")
+	cfg, err := entry.obj(path, "config")
+	if err != nil {
+		return CallCreds{}, err
+	}
+	c := CallCreds{Type: CallCredsJWTTokenFile}
+	if raw, ok := entry.get("config"); ok {
+		c.Config = raw
+	}
+	if c.JWTTokenFile, err = cfg.str(cfgPath, "jwt_token_file"); err != nil {
+		return CallCreds{}, err
+	}
+	if c.JWTTokenFile == "" {
+		return CallCreds{}, missing(join(cfgPath, "jwt_token_file"))
 	}
 	return c, nil
 }
@@ -128,9 +203,12 @@ func parseCertProvider(path string, raw []byte) (*CertProviderConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	if files.CertificateFile == "" && files.CACertificateFile == "" {
-		return nil, fieldError(cfgPath, fmt.Errorf("%w: want certificate_file and private_key_file, or ca_certificate_file, or both",
-			ErrMissingField))
+	if files.SPIFFETrustBundleMapFile, err = cfg.str(cfgPath, fieldSPIFFEMap); err != nil {
+		return nil, err
+	}
+	if files.CertificateFile == "" && files.CACertificateFile == "" && files.SPIFFETrustBundleMapFile == "" {
+		return nil, fieldError(cfgPath, fmt.Errorf("%w: want certificate_file and private_key_file, or ca_certificate_file or %s, or both",
+			ErrMissingField, fieldSPIFFEMap))
 	}
 	p.FileWatcher = &files
 	return p, nil

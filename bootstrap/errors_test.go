@@ -17,6 +17,12 @@ func tlsWith(config string) string {
 	return srv(`[{"type": "tls", "config": ` + config + `}]`)
 }
 
+// callCreds returns a bootstrap whose only server has tls channel creds and
+// the given call_creds.
+func callCreds(list string) string {
+	return `{"xds_servers": [{"server_uri": "s", "channel_creds": [{"type": "tls"}], "call_creds": ` + list + `}]}`
+}
+
 // provider returns a bootstrap with one certificate provider "p".
 func provider(p string) string {
 	return withServers(`"certificate_providers": {"p": ` + p + `}`)
@@ -93,6 +99,32 @@ func TestParse_Errors(t *testing.T) {
 		{desc: "tls refresh negative", in: tlsWith(`{"refresh_interval": "-1s"}`),
 			wantField: "xds_servers[0].channel_creds[0].config.refresh_interval", wantErr: ErrInvalidValue},
 
+		{desc: "tls with a SPIFFE bundle map", in: tlsWith(`{"ca_certificate_file": "ca", "spiffe_trust_bundle_map_file": "m.json"}`),
+			wantField: "xds_servers[0].channel_creds[0].config.spiffe_trust_bundle_map_file", wantErr: ErrInvalidValue},
+
+		{desc: "call_creds an object", in: callCreds(`{"type": "jwt_token_file"}`),
+			wantField: "xds_servers[0].call_creds", wantErr: ErrWrongType},
+		{desc: "call_creds entry a string", in: callCreds(`["jwt_token_file"]`),
+			wantField: "xds_servers[0].call_creds[0]", wantErr: ErrWrongType},
+		{desc: "call_creds entry without type", in: callCreds(`[{"config": {}}]`),
+			wantField: "xds_servers[0].call_creds[0].type", wantErr: ErrMissingField},
+		{desc: "call_creds type a number", in: callCreds(`[{"type": 1}]`),
+			wantField: "xds_servers[0].call_creds[0].type", wantErr: ErrWrongType},
+		{desc: "jwt_token_file without config", in: callCreds(`[{"type": "jwt_token_file"}]`),
+			wantField: "xds_servers[0].call_creds[0].config.jwt_token_file", wantErr: ErrMissingField},
+		{desc: "jwt_token_file config a string", in: callCreds(`[{"type": "jwt_token_file", "config": "/t"}]`),
+			wantField: "xds_servers[0].call_creds[0].config", wantErr: ErrWrongType},
+		{desc: "jwt_token_file empty", in: callCreds(`[{"type": "jwt_token_file", "config": {"jwt_token_file": ""}}]`),
+			wantField: "xds_servers[0].call_creds[0].config.jwt_token_file", wantErr: ErrMissingField},
+		{desc: "jwt_token_file a number", in: callCreds(`[{"type": "jwt_token_file", "config": {"jwt_token_file": 1}}]`),
+			wantField: "xds_servers[0].call_creds[0].config.jwt_token_file", wantErr: ErrWrongType},
+		{desc: "second call_creds entry broken", in: callCreds(`[{"type": "other"}, {"type": "jwt_token_file", "config": {}}]`),
+			wantField: "xds_servers[0].call_creds[1].config.jwt_token_file", wantErr: ErrMissingField},
+		{desc: "jwt_token_file over insecure channel creds",
+			in: `{"xds_servers": [{"server_uri": "s", "channel_creds": [{"type": "insecure"}],
+				"call_creds": [{"type": "jwt_token_file", "config": {"jwt_token_file": "/t"}}]}]}`,
+			wantField: "xds_servers[0].call_creds[0]", wantErr: ErrInvalidValue},
+
 		{desc: "server_features a string", in: `{"xds_servers": [{"server_uri": "s", "channel_creds": [{"type": "insecure"}], "server_features": "xds_v3"}]}`,
 			wantField: "xds_servers[0].server_features", wantErr: ErrWrongType},
 		{desc: "server feature a number", in: `{"xds_servers": [{"server_uri": "s", "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3", 1]}]}`,
@@ -160,6 +192,10 @@ func TestParse_Errors(t *testing.T) {
 			wantField: `certificate_providers["p"].config.refresh_interval`, wantErr: ErrInvalidValue},
 		{desc: "file_watcher refresh too long", in: watcher(`{"ca_certificate_file": "ca", "refresh_interval": "315576000001s"}`),
 			wantField: `certificate_providers["p"].config.refresh_interval`, wantErr: ErrInvalidValue},
+		{desc: "file_watcher SPIFFE map a number", in: watcher(`{"spiffe_trust_bundle_map_file": 7}`),
+			wantField: `certificate_providers["p"].config.spiffe_trust_bundle_map_file`, wantErr: ErrWrongType},
+		{desc: "file_watcher empty SPIFFE map only", in: watcher(`{"spiffe_trust_bundle_map_file": ""}`),
+			wantField: `certificate_providers["p"].config`, wantErr: ErrMissingField},
 		{desc: "file_watcher config an array", in: watcher(`[]`),
 			wantField: `certificate_providers["p"].config`, wantErr: ErrWrongType},
 	}

@@ -25,10 +25,16 @@ type canonConfig struct {
 }
 
 type canonServer struct {
-	URI      string     `json:"uri"`
-	Creds    string     `json:"creds"`
-	TLS      *canonCert `json:"tls,omitempty"`
-	Features []string   `json:"features,omitempty"`
+	URI       string           `json:"uri"`
+	Creds     string           `json:"creds"`
+	TLS       *canonCert       `json:"tls,omitempty"`
+	Features  []string         `json:"features,omitempty"`
+	CallCreds []canonCallCreds `json:"call_creds,omitempty"`
+}
+
+type canonCallCreds struct {
+	Type         string `json:"type"`
+	JWTTokenFile string `json:"jwt_token_file,omitempty"`
 }
 
 type canonAuthority struct {
@@ -44,6 +50,7 @@ type canonProvider struct {
 
 type canonCert struct {
 	CA      string        `json:"ca,omitempty"`
+	SPIFFE  string        `json:"spiffe,omitempty"`
 	Cert    string        `json:"cert,omitempty"`
 	Key     string        `json:"key,omitempty"`
 	Refresh time.Duration `json:"refresh"`
@@ -74,7 +81,7 @@ func (c *Config) canonicalKey() string {
 			}
 			cp := canonProvider{Plugin: p.PluginName}
 			if fw := p.FileWatcher; fw != nil {
-				cp.FileWatcher = &canonCert{CA: fw.CACertificateFile, Cert: fw.CertificateFile, Key: fw.PrivateKeyFile, Refresh: fw.RefreshInterval}
+				cp.FileWatcher = &canonCert{CA: fw.CACertificateFile, SPIFFE: fw.SPIFFETrustBundleMapFile, Cert: fw.CertificateFile, Key: fw.PrivateKeyFile, Refresh: fw.RefreshInterval}
 			} else {
 				cp.Config = canonJSON(p.Config)
 			}
@@ -90,8 +97,8 @@ func (c *Config) canonicalKey() string {
 }
 
 // canonServers returns the canonical form of servers. The raw credentials
-// config is left out: for the supported types it says nothing beyond Type and
-// TLS.
+// configs are left out: for the supported types they say nothing beyond Type,
+// TLS and the parsed call credentials.
 func canonServers(servers []*ServerConfig) []canonServer {
 	if len(servers) == 0 {
 		return nil
@@ -104,6 +111,9 @@ func canonServers(servers []*ServerConfig) []canonServer {
 		cs := canonServer{URI: s.ServerURI, Creds: s.ChannelCreds.Type, Features: s.ServerFeatures}
 		if t := s.ChannelCreds.TLS; t != nil {
 			cs.TLS = &canonCert{CA: t.CACertificateFile, Cert: t.CertificateFile, Key: t.PrivateKeyFile, Refresh: t.RefreshInterval}
+		}
+		for _, c := range s.CallCreds {
+			cs.CallCreds = append(cs.CallCreds, canonCallCreds{Type: c.Type, JWTTokenFile: c.JWTTokenFile})
 		}
 		out = append(out, cs)
 	}

@@ -12,7 +12,9 @@ const keyBase = `{
 			"ca_certificate_file": "/ca.pem", "certificate_file": "/c.pem", "private_key_file": "/k.pem",
 			"refresh_interval": "600s"}}],
 		 "server_features": ["xds_v3", "ignore_resource_deletion"]},
-		{"server_uri": "fallback:443", "channel_creds": [{"type": "insecure"}]}
+		{"server_uri": "fallback:443", "channel_creds": [{"type": "insecure"}]},
+		{"server_uri": "jwt:443", "channel_creds": [{"type": "google_default"}, {"config": {}, "type":"tls"}],
+		 "call_creds": [{"type": "jwt_token_file", "config": {"jwt_token_file": "/t.jwt"}}]}
 	],
 	"node": {"id": "n1", "cluster": "c", "metadata": {"a": 1, "b": {"c": [true, "x"]}},
 		"locality": {"zone": "z"}},
@@ -24,6 +26,7 @@ const keyBase = `{
 	"client_default_listener_resource_name_template": "%s",
 	"certificate_providers": {
 		"fw": {"plugin_name": "file_watcher", "config": {"ca_certificate_file": "/ca.pem", "refresh_interval": "60s"}},
+		"spiffe": {"plugin_name": "file_watcher", "config": {"spiffe_trust_bundle_map_file": "/m.json"}},
 		"other": {"plugin_name": "other", "config": {"x": 1, "y": [1, 2], "z": "\u00e9"}}
 	}
 }`
@@ -52,7 +55,8 @@ func TestKey_EqualForSameMeaning(t *testing.T) {
 			in: `{"unknown": 1,
 	"certificate_providers": {
 		"other": {"config": {"z": "é", "y": [1, 2], "x": 1}, "plugin_name": "other"},
-		"fw": {"config": {"refresh_interval": "60.000s", "ca_certificate_file": "/ca.pem", "x": 2}, "plugin_name": "file_watcher"}
+		"fw": {"config": {"refresh_interval": "60.000s", "ca_certificate_file": "/ca.pem", "x": 2}, "plugin_name": "file_watcher"},
+		"spiffe": {"config": {"refresh_interval": "600s", "spiffe_trust_bundle_map_file": "/m.json"}, "plugin_name": "file_watcher"}
 	},
 	"client_default_listener_resource_name_template": null,
 	"server_listener_resource_name_template": "xdstp://a.example.com/envoy.config.listener.v3.Listener/%s",
@@ -67,7 +71,9 @@ func TestKey_EqualForSameMeaning(t *testing.T) {
 		{"server_features": ["xds_v3", "ignore_resource_deletion"], "channel_creds": [{"config": {
 			"refresh_interval": "600.0s", "private_key_file": "/k.pem", "certificate_file": "/c.pem",
 			"ca_certificate_file": "/ca.pem"}, "type": "tls"}, {"type": "insecure"}], "server_uri": "primary:443"},
-		{"channel_creds": [{"type": "insecure", "config": {}}], "server_uri": "fallback:443", "server_features": []}
+		{"channel_creds": [{"type": "insecure", "config": {}}], "server_uri": "fallback:443", "server_features": []},
+		{"call_creds": [{"type": "future"}, {"config": {"x": 1, "jwt_token_file": "/t.jwt"}, "type": "jwt_token_file"}],
+		 "channel_creds": [{"type": "tls"}], "server_uri": "jwt:443"}
 	]
 }`,
 		},
@@ -110,6 +116,10 @@ func TestKey_DiffersForOtherMeaning(t *testing.T) {
 		{desc: "file_watcher ca", old: `{"ca_certificate_file": "/ca.pem", "refresh_interval": "60s"}`,
 			new: `{"ca_certificate_file": "/ca3.pem", "refresh_interval": "60s"}`},
 		{desc: "file_watcher refresh", old: `"60s"`, new: `"61s"`},
+		{desc: "file_watcher SPIFFE map", old: `"/m.json"`, new: `"/m2.json"`},
+		{desc: "jwt token file", old: `"/t.jwt"`, new: `"/t2.jwt"`},
+		{desc: "call creds removed", old: `,
+		 "call_creds": [{"type": "jwt_token_file", "config": {"jwt_token_file": "/t.jwt"}}]`, new: ``},
 		{desc: "plugin name", old: `"plugin_name": "other"`, new: `"plugin_name": "other2"`},
 		{desc: "plugin config", old: `"x": 1`, new: `"x": 2`},
 	}

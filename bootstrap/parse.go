@@ -41,7 +41,8 @@ const (
 const DefaultClientListenerResourceNameTemplate = "%s"
 
 // Parse parses and validates a bootstrap document (gRFC A27, A47, A65, A71,
-// and the certificate_providers of A29) into a Config.
+// the call_creds of A97, and the certificate_providers of A29 with A87's
+// SPIFFE bundle maps) into a Config.
 //
 // Unknown fields are ignored, at the top level and in every object. A field
 // whose value is null is treated as absent. On failure the error is an *Error
@@ -125,6 +126,9 @@ func parseServer(path string, raw json.RawMessage) (*ServerConfig, error) {
 		return nil, missing(join(path, "server_uri"))
 	}
 	if s.ChannelCreds, err = parseChannelCreds(join(path, "channel_creds"), o); err != nil {
+		return nil, err
+	}
+	if s.CallCreds, err = parseCallCreds(join(path, "call_creds"), o, s.ChannelCreds); err != nil {
 		return nil, err
 	}
 	featuresRaw, ok := o.get("server_features")

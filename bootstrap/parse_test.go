@@ -151,6 +151,30 @@ func TestParse_Servers(t *testing.T) {
 			}),
 		},
 		{
+			desc: "call_creds: jwt_token_file kept, unsupported types skipped (A97)",
+			in: `{"xds_servers": [{"server_uri": "s", "channel_creds": [{"type": "tls"}], "call_creds": [
+				{"type": "google_default"}, {"type": "jwt_token_file", "config": {"jwt_token_file": "/t.jwt"}},
+				{"type": "future", "config": 7}]}]}`,
+			want: with(func(c *Config) {
+				c.XDSServers = []*ServerConfig{{ServerURI: "s",
+					ChannelCreds: ChannelCreds{Type: CredsTLS, TLS: &TLSCreds{RefreshInterval: 10 * time.Minute}},
+					CallCreds: []CallCreds{{Type: CallCredsJWTTokenFile, Config: json.RawMessage(`{"jwt_token_file": "/t.jwt"}`),
+						JWTTokenFile: "/t.jwt"}}}}
+			}),
+		},
+		{
+			desc: "call_creds: only unsupported types, with insecure channel creds",
+			in: `{"xds_servers": [{"server_uri": "s", "channel_creds": [{"type": "insecure"}],
+				"call_creds": [{"type": "google_default"}]}]}`,
+			want: with(func(c *Config) { c.XDSServers = []*ServerConfig{server("s")} }),
+		},
+		{
+			desc: "call_creds: empty list and null",
+			in: `{"xds_servers": [{"server_uri": "s", "channel_creds": [{"type": "insecure"}], "call_creds": []},
+				{"server_uri": "t", "channel_creds": [{"type": "insecure"}], "call_creds": null}]}`,
+			want: with(func(c *Config) { c.XDSServers = []*ServerConfig{server("s"), server("t")} }),
+		},
+		{
 			desc: "empty server features",
 			in:   `{"xds_servers": [{"server_uri": "s", "channel_creds": [{"type": "insecure"}], "server_features": []}]}`,
 			want: with(func(c *Config) { c.XDSServers = []*ServerConfig{server("s")} }),
@@ -344,6 +368,27 @@ func TestParse_CertProviders(t *testing.T) {
 			}},
 		},
 		{
+			desc: "file_watcher with only a SPIFFE bundle map (A87)",
+			in:   `{"p": {"plugin_name": "file_watcher", "config": {"spiffe_trust_bundle_map_file": "m.json"}}}`,
+			want: map[string]*CertProviderConfig{"p": {
+				PluginName:  "file_watcher",
+				Config:      json.RawMessage(`{"spiffe_trust_bundle_map_file": "m.json"}`),
+				FileWatcher: &FileWatcherConfig{SPIFFETrustBundleMapFile: "m.json", RefreshInterval: 10 * time.Minute},
+			}},
+		},
+		{
+			desc: "file_watcher with a SPIFFE bundle map and a CA file: both kept",
+			in: `{"p": {"plugin_name": "file_watcher", "config": {"certificate_file": "c", "private_key_file": "k",
+				"ca_certificate_file": "ca", "spiffe_trust_bundle_map_file": "m.json"}}}`,
+			want: map[string]*CertProviderConfig{"p": {
+				PluginName: "file_watcher",
+				Config: json.RawMessage(`{"certificate_file": "c", "private_key_file": "k",
+				"ca_certificate_file": "ca", "spiffe_trust_bundle_map_file": "m.json"}`),
+				FileWatcher: &FileWatcherConfig{CertificateFile: "c", PrivateKeyFile: "k", CACertificateFile: "ca",
+					SPIFFETrustBundleMapFile: "m.json", RefreshInterval: 10 * time.Minute},
+			}},
+		},
+		{
 			desc: "unknown plugins kept unparsed",
 			in:   `{"a": {"plugin_name": "meshca", "config": {"anything": [1, 2]}}, "b": {"plugin_name": "other"}}`,
 			want: map[string]*CertProviderConfig{
@@ -471,6 +516,8 @@ func TestServerConfigEqual(t *testing.T) {
 		{desc: "other creds", other: parse(`{"server_uri": "s", "channel_creds": [{"type": "insecure"}]}`)},
 		{desc: "other tls", other: parse(`{"server_uri": "s", "channel_creds": [{"type": "tls", "config": {"ca_certificate_file": "c"}}]}`)},
 		{desc: "other features", other: parse(`{"server_uri": "s", "channel_creds": [{"type": "tls"}], "server_features": ["xds_v3"]}`)},
+		{desc: "with call creds", other: parse(`{"server_uri": "s", "channel_creds": [{"type": "tls"}],
+			"call_creds": [{"type": "jwt_token_file", "config": {"jwt_token_file": "/t"}}]}`)},
 		{desc: "nil"},
 	}
 	for _, tc := range tests {

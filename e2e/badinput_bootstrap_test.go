@@ -24,10 +24,17 @@ func TestBadInputBootstrap(t *testing.T) {
 			}},
 			"node":                                   map[string]any{"id": "n"},
 			"server_listener_resource_name_template": "grpc/server?xds.resource.listening_address=%s",
-			"certificate_providers": map[string]any{"p": map[string]any{
-				"plugin_name": "file_watcher",
-				"config":      map[string]any{"ca_certificate_file": "/nonexistent/ca.pem"},
-			}},
+			"certificate_providers": map[string]any{
+				"p": map[string]any{
+					"plugin_name": "file_watcher",
+					"config":      map[string]any{"ca_certificate_file": "/nonexistent/ca.pem"},
+				},
+				// gRFC A87: a provider with only a SPIFFE bundle map is valid.
+				"spiffe": map[string]any{
+					"plugin_name": "file_watcher",
+					"config":      map[string]any{"spiffe_trust_bundle_map_file": "/nonexistent/bundles.json"},
+				},
+			},
 		}
 	}
 	server0 := func(b map[string]any) map[string]any { return b["xds_servers"].([]any)[0].(map[string]any) }
@@ -56,6 +63,26 @@ func TestBadInputBootstrap(t *testing.T) {
 		{"tls creds with a bad refresh_interval", func(b map[string]any) {
 			server0(b)["channel_creds"] = []any{map[string]any{"type": "tls", "config": map[string]any{"ca_certificate_file": "/ca.pem", "refresh_interval": "-1s"}}}
 		}, "xds_servers[0].channel_creds[0].config.refresh_interval"},
+		{"tls creds with a SPIFFE bundle map", func(b map[string]any) {
+			server0(b)["channel_creds"] = []any{map[string]any{"type": "tls", "config": map[string]any{"spiffe_trust_bundle_map_file": "/m.json"}}}
+		}, "xds_servers[0].channel_creds[0].config.spiffe_trust_bundle_map_file"},
+		{"call_creds not a list", func(b map[string]any) {
+			server0(b)["call_creds"] = map[string]any{"type": "jwt_token_file"}
+		}, "xds_servers[0].call_creds"},
+		{"call_creds entry without type", func(b map[string]any) {
+			server0(b)["call_creds"] = []any{map[string]any{"config": map[string]any{}}}
+		}, "xds_servers[0].call_creds[0].type"},
+		{"jwt_token_file call_creds without a file", func(b map[string]any) {
+			server0(b)["channel_creds"] = []any{map[string]any{"type": "tls"}}
+			server0(b)["call_creds"] = []any{map[string]any{"type": "jwt_token_file", "config": map[string]any{}}}
+		}, "xds_servers[0].call_creds[0].config.jwt_token_file"},
+		{"jwt_token_file a number", func(b map[string]any) {
+			server0(b)["channel_creds"] = []any{map[string]any{"type": "tls"}}
+			server0(b)["call_creds"] = []any{map[string]any{"type": "jwt_token_file", "config": map[string]any{"jwt_token_file": 7}}}
+		}, "xds_servers[0].call_creds[0].config.jwt_token_file"},
+		{"jwt_token_file over insecure channel_creds", func(b map[string]any) {
+			server0(b)["call_creds"] = []any{map[string]any{"type": "jwt_token_file", "config": map[string]any{"jwt_token_file": "/t.jwt"}}}
+		}, "xds_servers[0].call_creds[0]"},
 		{"server_features not a list", func(b map[string]any) { server0(b)["server_features"] = "xds_v3" }, "xds_servers[0].server_features"},
 		{"node not an object", func(b map[string]any) { b["node"] = []any{} }, "node"},
 		{"node id a number", func(b map[string]any) { b["node"] = map[string]any{"id": 5} }, "node"},
@@ -84,6 +111,12 @@ func TestBadInputBootstrap(t *testing.T) {
 		{"file_watcher ca file a number", func(b map[string]any) {
 			provider(b)["config"] = map[string]any{"ca_certificate_file": 1}
 		}, `certificate_providers["p"].config.ca_certificate_file`},
+		{"file_watcher SPIFFE bundle map a number", func(b map[string]any) {
+			provider(b)["config"] = map[string]any{"spiffe_trust_bundle_map_file": 1}
+		}, `certificate_providers["p"].config.spiffe_trust_bundle_map_file`},
+		{"file_watcher empty SPIFFE bundle map only", func(b map[string]any) {
+			provider(b)["config"] = map[string]any{"spiffe_trust_bundle_map_file": ""}
+		}, `certificate_providers["p"].config`},
 	}
 	// The base is valid: otherwise every case would pass for a wrong reason.
 	ok, err := json.Marshal(base())

@@ -49,7 +49,7 @@ func startFault(ctx context.Context, t *testing.T, name string, cfg *faultpb.HTT
 // ends the RPC with OK without running the handler.
 func TestFaultAbort(t *testing.T) {
 	ctx := testContext(t)
-	name := uniqueName("fault")
+	name := "fault"
 	override := func(cfg *faultpb.HTTPFault) map[string]*anypb.Any { return map[string]*anypb.Any{name: anyOf(t, cfg)} }
 	rc := caseRoutes("routes",
 		caseRoute("zero", override(&faultpb.HTTPFault{Abort: grpcAbort(codes.DataLoss, 0)})),
@@ -113,7 +113,7 @@ func TestFaultHeaders(t *testing.T) {
 		Abort: &faultpb.FaultAbort{ErrorType: &faultpb.FaultAbort_HeaderAbort_{HeaderAbort: &faultpb.FaultAbort_HeaderAbort{}}, Percentage: percent(100)},
 		Delay: &faultcommonpb.FaultDelay{FaultDelaySecifier: &faultcommonpb.FaultDelay_HeaderDelay_{HeaderDelay: &faultcommonpb.FaultDelay_HeaderDelay{}}, Percentage: percent(100)},
 	}
-	c, rec, _, _ := startFault(ctx, t, uniqueName("fault"), cfg, allRoutes("routes"))
+	c, rec, _, _ := startFault(ctx, t, "fault", cfg, allRoutes("routes"))
 	for _, tc := range []struct {
 		desc string
 		kv   []string
@@ -157,7 +157,7 @@ func TestFaultHeaders(t *testing.T) {
 // is followed by the abort when both are configured.
 func TestFaultDelay(t *testing.T) {
 	ctx := testContext(t)
-	name := uniqueName("fault")
+	name := "fault"
 	rc := caseRoutes("routes",
 		caseRoute("none", map[string]*anypb.Any{name: anyOf(t, &routepb.FilterConfig{Disabled: true})}),
 		caseRoute("short", map[string]*anypb.Any{name: anyOf(t, &faultpb.HTTPFault{Delay: fixedDelay(300*time.Millisecond, 100)})}),
@@ -216,7 +216,7 @@ func TestFaultDelay(t *testing.T) {
 // held RPCs are being delayed.
 func TestFaultMaxActiveFaults(t *testing.T) {
 	ctx := testContext(t)
-	name := uniqueName("fault")
+	name := "fault"
 	limited := func(f *faultpb.HTTPFault) map[string]*anypb.Any {
 		f.MaxActiveFaults = wrapperspb.UInt32(2)
 		return map[string]*anypb.Any{name: anyOf(t, f)}
@@ -267,7 +267,7 @@ func TestFaultMaxActiveFaults(t *testing.T) {
 // last good config keeps serving.
 func TestFaultNACK(t *testing.T) {
 	ctx := testContext(t)
-	name := uniqueName("fault")
+	name := "fault"
 	good := &faultpb.HTTPFault{Abort: grpcAbort(codes.DataLoss, 100)}
 	c, _, env, addr := startFault(ctx, t, name, good, allRoutes("routes"))
 	for _, tc := range []struct {

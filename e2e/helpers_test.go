@@ -517,12 +517,14 @@ type chainSpec struct {
 	rds string
 	// routes, if set, is the chain's inline RouteConfiguration.
 	routes *routepb.RouteConfiguration
+	// filters run before the router.
+	filters []*hcmpb.HttpFilter
 }
 
 func (c chainSpec) filterChain() *listenerpb.FilterChain {
 	hcm := &hcmpb.HttpConnectionManager{
 		StatPrefix:  "test",
-		HttpFilters: []*hcmpb.HttpFilter{e2e.RouterHTTPFilter()},
+		HttpFilters: append(append([]*hcmpb.HttpFilter(nil), c.filters...), e2e.RouterHTTPFilter()),
 	}
 	switch {
 	case c.rds != "":

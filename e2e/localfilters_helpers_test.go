@@ -9,11 +9,9 @@ package e2e_test
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,18 +36,6 @@ import (
 
 // caseHeader picks the route of an RPC in caseRoutes.
 const caseHeader = "x-case"
-
-// filterSeq makes filter instance names unique in the process: token
-// buckets are kept, process-wide, under their instance's name and config
-// for as long as something holds them (and, until the garbage collector
-// runs, a little longer), so a test that reused a name could find the
-// spent bucket of an earlier test, or of the same test run with -count.
-var filterSeq atomic.Int64
-
-// uniqueName returns base made unique in the process.
-func uniqueName(base string) string {
-	return fmt.Sprintf("%s-%d", base, filterSeq.Add(1))
-}
 
 // httpFilter is an http_filters entry named name with config cfg.
 func httpFilter(t testing.TB, name string, cfg proto.Message) *hcmpb.HttpFilter {

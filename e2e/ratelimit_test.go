@@ -67,7 +67,7 @@ func TestRateLimitBurst(t *testing.T) {
 	ctx := testContext(t)
 	mr := testutils.NewMetricReader(t)
 	env := newTestEnv(t)
-	name := uniqueName("ratelimit")
+	name := "ratelimit"
 	_, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
 		return filtersListener(a, []*hcmpb.HttpFilter{httpFilter(t, name, rateLimit("burst", 5))}, allRoutes("routes"), "")
 	}, nil, xds.MeterProvider(mr.Provider))
@@ -103,7 +103,7 @@ func TestRateLimitCodes(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	env := newTestEnv(t)
-	name := uniqueName("ratelimit")
+	name := "ratelimit"
 	cases := []struct {
 		name     string
 		tokens   uint32 // RPCs let through before the refusals
@@ -181,7 +181,7 @@ func TestRateLimitShadow(t *testing.T) {
 	ctx := testContext(t)
 	mr := testutils.NewMetricReader(t)
 	env := newTestEnv(t)
-	name := uniqueName("ratelimit")
+	name := "ratelimit"
 	cfg := rateLimit("shadow", 2)
 	cfg.FilterEnforced = nil
 	cfg.RequestHeadersToAddWhenNotEnforced = []*corepb.HeaderValueOption{{Header: &corepb.HeaderValue{Key: "x-would-be-limited", Value: "true"}}}
@@ -220,7 +220,7 @@ func TestRateLimitPerRoute(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	env := newTestEnv(t)
-	name := uniqueName("ratelimit")
+	name := "ratelimit"
 	rc := caseRoutes("routes",
 		caseRoute("a", map[string]*anypb.Any{name: anyOf(t, rateLimit("route-a", 2))}),
 		caseRoute("b", map[string]*anypb.Any{name: anyOf(t, rateLimit("route-b", 3))}),
@@ -275,7 +275,7 @@ func TestRateLimitPerConnection(t *testing.T) {
 	env := newTestEnv(t)
 	cfg := rateLimit("conn", 2)
 	cfg.LocalRateLimitPerDownstreamConnection = true
-	name := uniqueName("ratelimit")
+	name := "ratelimit"
 	_, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
 		return filtersListener(a, []*hcmpb.HttpFilter{httpFilter(t, name, cfg)}, allRoutes("routes"), "")
 	}, nil)
@@ -299,7 +299,7 @@ func TestRateLimitPerConnection(t *testing.T) {
 func TestRateLimitStateAcrossUpdates(t *testing.T) {
 	ctx := testContext(t)
 	env := newTestEnv(t)
-	name := uniqueName("ratelimit")
+	name := "ratelimit"
 	rl := httpFilter(t, name, rateLimit("kept", 3))
 	const rds = "kept-routes"
 	s, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
@@ -330,7 +330,7 @@ func TestRateLimitStateAcrossUpdates(t *testing.T) {
 	// LDS: a fault filter before it (which fails RPCs asking for it by
 	// header) changes the chain; the connection is drained. The bucket
 	// config is the same: still spent.
-	faultName := uniqueName("fault")
+	faultName := "fault"
 	headerAbort := &faultpb.FaultAbort{ErrorType: &faultpb.FaultAbort_HeaderAbort_{HeaderAbort: &faultpb.FaultAbort_HeaderAbort{}}, Percentage: percent(100)}
 	fault := httpFilter(t, faultName, &faultpb.HTTPFault{Abort: headerAbort})
 	askAbort := func(ctx context.Context) codes.Code {
@@ -360,7 +360,7 @@ func TestRateLimitNACK(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	env := newTestEnv(t)
-	name := uniqueName("ratelimit")
+	name := "ratelimit"
 	good := rateLimit("nack", 1)
 	const rds = "nack-routes"
 	goodListener := func(a net.Addr) *listenerpb.Listener {
@@ -472,7 +472,7 @@ func startXDSServerFilters(b *testing.B, filters []*hcmpb.HttpFilter) benchServe
 //	go test -run '^$' -bench 'BenchmarkServerUnaryLocalFilters' -benchtime 50000x ./e2e
 func BenchmarkServerUnaryLocalFilters(b *testing.B) {
 	rl := func(perConn bool) *localratelimitpb.LocalRateLimit {
-		m := rateLimit(uniqueName("bench"), 1<<31)
+		m := rateLimit("bench", 1<<31)
 		m.LocalRateLimitPerDownstreamConnection = perConn
 		return m
 	}
@@ -486,9 +486,9 @@ func BenchmarkServerUnaryLocalFilters(b *testing.B) {
 	}{
 		{name: "plain"},
 		{name: "xds", filters: []*hcmpb.HttpFilter{}},
-		{name: "ratelimit", filters: []*hcmpb.HttpFilter{httpFilter(b, uniqueName("rl"), rl(false))}},
-		{name: "ratelimit-perconn", filters: []*hcmpb.HttpFilter{httpFilter(b, uniqueName("rl"), rl(true))}},
-		{name: "fault", filters: []*hcmpb.HttpFilter{httpFilter(b, uniqueName("fault"), headerFault)}},
+		{name: "ratelimit", filters: []*hcmpb.HttpFilter{httpFilter(b, "rl", rl(false))}},
+		{name: "ratelimit-perconn", filters: []*hcmpb.HttpFilter{httpFilter(b, "rl", rl(true))}},
+		{name: "fault", filters: []*hcmpb.HttpFilter{httpFilter(b, "fault", headerFault)}},
 	}
 	servers := make([]benchServer, len(variants))
 	for i, v := range variants {

@@ -32,6 +32,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
+	grpcxds "google.golang.org/grpc/xds"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -156,25 +157,62 @@ func benchRBAC(n int) *anypb.Any {
 	return a
 }
 
+// xdsImpl is an xDS server implementation under benchmark: this library,
+// or grpc-go's own google.golang.org/grpc/xds server, measured side by side
+// in the same run.
+type xdsImpl struct {
+	name string
+	// newServer creates a server for bootstrap bs, calling serving on each
+	// serving-mode change (true: SERVING).
+	newServer func(bs []byte, serving func(bool)) (xdsServer, error)
+}
+
+// xdsServer is what the benchmarks use of a server.
+type xdsServer interface {
+	grpc.ServiceRegistrar
+	Serve(net.Listener) error
+	Stop()
+}
+
+var (
+	thisLibrary = xdsImpl{name: "xds", newServer: func(bs []byte, serving func(bool)) (xdsServer, error) {
+		return xds.NewGRPCServer(xds.BootstrapContents(bs), xds.ServingModeCallback(func(_ net.Addr, a xds.ServingModeChangeArgs) {
+			serving(a.Mode == connectivity.ServingModeServing)
+		}))
+	}}
+	grpcGoXDS = xdsImpl{name: "grpcxds", newServer: func(bs []byte, serving func(bool)) (xdsServer, error) {
+		return grpcxds.NewGRPCServer(grpcxds.BootstrapContentsForTesting(bs), grpcxds.ServingModeCallback(func(_ net.Addr, a grpcxds.ServingModeChangeArgs) {
+			serving(a.Mode == connectivity.ServingModeServing)
+		}))
+	}}
+)
+
 func startXDSServer(b *testing.B, chains, vhosts int) benchServer {
-	return startXDSServerRBAC(b, chains, vhosts, 0)
+	return startImplServer(b, thisLibrary, chains, vhosts, 0)
 }
 
 func startXDSServerRBAC(b *testing.B, chains, vhosts, rbacPolicies int) benchServer {
+	return startImplServer(b, thisLibrary, chains, vhosts, rbacPolicies)
+}
+
+// startImplServer starts a server of impl, configured by a management server
+// of its own with benchListener(chains, vhosts, rbacPolicies), and waits
+// until it serves.
+func startImplServer(b *testing.B, impl xdsImpl, chains, vhosts, rbacPolicies int) benchServer {
 	b.Helper()
 	ms := e2e.StartManagementServer(b, e2e.ManagementServerOptions{})
 	bs := e2e.Bootstrap(b, e2e.BootstrapOptions{
 		ServerURIs:                         []string{ms.Address},
-		NodeID:                             "bench",
+		NodeID:                             "bench-" + impl.name,
 		ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
 	})
 	serving := make(chan struct{})
 	var once sync.Once
-	s, err := xds.NewGRPCServer(xds.BootstrapContents(bs), xds.ServingModeCallback(func(_ net.Addr, a xds.ServingModeChangeArgs) {
-		if a.Mode == connectivity.ServingModeServing {
+	s, err := impl.newServer(bs, func(up bool) {
+		if up {
 			once.Do(func() { close(serving) })
 		}
-	}))
+	})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -259,6 +297,9 @@ func BenchmarkServerUnary(b *testing.B) {
 		{name: "xds", start: func(b *testing.B) benchServer { return startXDSServer(b, 1, 1) }},
 		{name: "xds-1000vhosts", start: func(b *testing.B) benchServer { return startXDSServer(b, 1, 1000) }, authority: "svc-999.example.com"},
 		{name: "xds-rbac10", start: func(b *testing.B) benchServer { return startXDSServerRBAC(b, 1, 1, 10) }},
+		{name: "grpcxds", start: func(b *testing.B) benchServer { return startImplServer(b, grpcGoXDS, 1, 1, 0) }},
+		{name: "grpcxds-1000vhosts", start: func(b *testing.B) benchServer { return startImplServer(b, grpcGoXDS, 1, 1000, 0) }, authority: "svc-999.example.com"},
+		{name: "grpcxds-rbac10", start: func(b *testing.B) benchServer { return startImplServer(b, grpcGoXDS, 1, 1, 10) }},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			s := tc.start(b)
@@ -278,6 +319,8 @@ func BenchmarkServerNewConn(b *testing.B) {
 		{name: "plain", start: startPlainServer},
 		{name: "xds-1chain", start: func(b *testing.B) benchServer { return startXDSServer(b, 1, 1) }},
 		{name: "xds-10000chains", start: func(b *testing.B) benchServer { return startXDSServer(b, 10000, 1) }},
+		{name: "grpcxds-1chain", start: func(b *testing.B) benchServer { return startImplServer(b, grpcGoXDS, 1, 1, 0) }},
+		{name: "grpcxds-10000chains", start: func(b *testing.B) benchServer { return startImplServer(b, grpcGoXDS, 10000, 1, 0) }},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			s := tc.start(b)
@@ -380,6 +423,7 @@ func BenchmarkIdleConnHeap(b *testing.B) {
 	}{
 		{"plain", startPlainServer},
 		{"xds", func(b *testing.B) benchServer { return startXDSServer(b, 1, 1) }},
+		{"grpcxds", func(b *testing.B) benchServer { return startImplServer(b, grpcGoXDS, 1, 1, 0) }},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			var total float64

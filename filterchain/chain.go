@@ -84,6 +84,7 @@ type configKey struct{ typeURL, value string }
 
 // configEntry is what a compile knows of one distinct config.
 type configEntry struct {
+	key configKey // where the entry is in chainCompiler.configs
 	// sum is the SHA-256 of the type URL (length-prefixed) and bytes: the
 	// config's part of a chain ID.
 	sum [sha256.Size]byte
@@ -117,20 +118,33 @@ func (c *chainCompiler) config(a *anypb.Any) *configEntry {
 	if e, ok := c.configs[configKey{a.GetTypeUrl(), string(a.GetValue())}]; ok {
 		return e
 	}
-	e := &configEntry{}
+	e := &configEntry{key: configKey{a.GetTypeUrl(), string(a.GetValue())}}
 	c.sumBuf = append(appendString(c.sumBuf[:0], a.GetTypeUrl()), a.GetValue()...)
 	e.sum = sha256.Sum256(c.sumBuf)
-	c.configs[configKey{a.GetTypeUrl(), string(a.GetValue())}] = e
+	c.configs[e.key] = e
 	return e
+}
+
+// chainConfigs are the configs a compiled chain took from the compiler's
+// memo (tls is nil when the chain has no transport socket), so that a later
+// compile reusing the chain can share them too.
+type chainConfigs struct {
+	hcm, tls *configEntry
 }
 
 // compile validates one filter chain. For a chain of filter_chains it also
 // normalizes its filter_chain_match; the default chain's match is ignored.
 func (c *chainCompiler) compile(ref chainRef, fc *listenerpb.FilterChain) (*FilterChain, chainSpec, error) {
+	chain, spec, _, err := c.compileChain(ref, fc)
+	return chain, spec, err
+}
+
+// compileChain is compile, also returning the configs the chain uses.
+func (c *chainCompiler) compileChain(ref chainRef, fc *listenerpb.FilterChain) (*FilterChain, chainSpec, chainConfigs, error) {
 	isDefault := ref.index < 0
-	fail := func(err error) (*FilterChain, chainSpec, error) {
+	fail := func(err error) (*FilterChain, chainSpec, chainConfigs, error) {
 		fe := inField("", err)
-		return nil, chainSpec{}, &ValidationError{Chain: ref.String(), Field: fe.field, Err: fe.err}
+		return nil, chainSpec{}, chainConfigs{}, &ValidationError{Chain: ref.String(), Field: fe.field, Err: fe.err}
 	}
 	spec := chainSpec{ref: ref}
 	if !isDefault {
@@ -150,7 +164,7 @@ func (c *chainCompiler) compile(ref chainRef, fc *listenerpb.FilterChain) (*Filt
 	}
 	id := c.chainID(fc, spec.matchers, isDefault, hcmConfig, tlsConfig)
 	spec.chain = &FilterChain{ID: id, Name: fc.GetName(), IsDefault: isDefault, HCM: hcm, TLS: tls, Security: sec}
-	return spec.chain, spec, nil
+	return spec.chain, spec, chainConfigs{hcm: hcmConfig, tls: tlsConfig}, nil
 }
 
 // chainID hashes the content of a valid chain: whether it is the default

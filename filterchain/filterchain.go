@@ -38,6 +38,10 @@ type Options struct {
 	// that check (the other A29 rules still apply); an empty, non-nil map
 	// means the bootstrap has no instances.
 	CertProviderInstances map[string]bool
+	// Previous, for CompileRaw, is the table of an earlier version of the
+	// same Listener, compiled with the same CertProviderInstances: chains
+	// whose bytes are unchanged are reused from it. nil compiles every chain.
+	Previous *Table
 }
 
 // Table is a compiled Listener: its address, its filter chains and the
@@ -49,6 +53,10 @@ type Table struct {
 	defaultChain *FilterChain   // nil when the Listener has none
 	lookup       lookupTable
 	ignored      []string
+	// compiled are the filter_chains entries compiled by CompileRaw, by the
+	// hash of their bytes, for the next version of the Listener; nil after
+	// Compile.
+	compiled map[uint64][]*compiledChain
 }
 
 // Ignored lists the fields of the Listener that were accepted but have no
@@ -76,6 +84,27 @@ func (t *Table) CheckAddress(listening netip.AddrPort) error {
 		return &AddressMismatchError{Listener: t.address, Listening: listening}
 	}
 	return nil
+}
+
+// Equal reports whether t and o serve every connection the same way: the
+// same address and, in order, chains with the same IDs (their content),
+// names and roles. It compares IDs, so it costs a few string comparisons
+// per chain, and lets a re-sent Listener that serializes differently be
+// recognized as unchanged without decoding it again.
+func (t *Table) Equal(o *Table) bool {
+	if t == o {
+		return true
+	}
+	if t == nil || o == nil || t.address != o.address || len(t.chains) != len(o.chains) {
+		return false
+	}
+	for i, c := range t.chains {
+		oc := o.chains[i]
+		if c.ID != oc.ID || c.Name != oc.Name || c.IsDefault != oc.IsDefault {
+			return false
+		}
+	}
+	return true
 }
 
 // Chains returns every filter chain of the Listener: the entries of
@@ -197,6 +226,16 @@ func (e *ValidationError) Unwrap() error { return e.Err }
 // filter chains. An error, always a *ValidationError, means the Listener
 // must be NACKed.
 func Compile(lis *listenerpb.Listener, opts Options) (*Table, error) {
+	return compile(lis, len(lis.GetFilterChains()), opts, func(c *chainCompiler, i int) (chainSpec, error) {
+		fc := lis.GetFilterChains()[i]
+		_, spec, err := c.compile(chainRef{index: i, name: fc.GetName()}, fc)
+		return spec, err
+	})
+}
+
+// compile is Compile and CompileRaw: lis's Listener-level fields and
+// default chain, and n filter_chains entries, which chainAt compiles.
+func compile(lis *listenerpb.Listener, n int, opts Options, chainAt func(c *chainCompiler, i int) (chainSpec, error)) (*Table, error) {
 	if lis == nil {
 		return nil, &ValidationError{Field: "Listener", Err: errMissing}
 	}
@@ -210,14 +249,14 @@ func Compile(lis *listenerpb.Listener, opts Options) (*Table, error) {
 	}
 	c := newChainCompiler(p)
 	c.instances = opts.CertProviderInstances
-	t := &Table{address: addr, chains: make([]*FilterChain, 0, len(lis.GetFilterChains())+1)}
-	specs := make([]chainSpec, 0, len(lis.GetFilterChains()))
-	for i, fc := range lis.GetFilterChains() {
-		chain, spec, err := c.compile(chainRef{index: i, name: fc.GetName()}, fc)
+	t := &Table{address: addr, chains: make([]*FilterChain, 0, n+1)}
+	specs := make([]chainSpec, 0, n)
+	for i := range n {
+		spec, err := chainAt(c, i)
 		if err != nil {
 			return nil, err
 		}
-		t.chains = append(t.chains, chain)
+		t.chains = append(t.chains, spec.chain)
 		specs = append(specs, spec)
 	}
 	if fc := lis.GetDefaultFilterChain(); fc != nil {

@@ -39,6 +39,16 @@ func FuzzCompile(f *testing.F) {
 			return
 		}
 		tbl, err := filterchain.Compile(l, filterchain.Options{})
+		// CompileRaw of the same bytes, alone and reusing its own result,
+		// must agree with Compile.
+		raw, rerr := filterchain.Split(b)
+		if rerr != nil {
+			t.Fatalf("Split() failed on bytes proto.Unmarshal accepts: %v", rerr)
+		}
+		rawTbl, rawErr := filterchain.CompileRaw(raw, filterchain.Options{})
+		if (err == nil) != (rawErr == nil) || err != nil && err.Error() != rawErr.Error() {
+			t.Fatalf("Compile() error = %v, CompileRaw() error = %v; want the same", err, rawErr)
+		}
 		if err != nil {
 			var ve *filterchain.ValidationError
 			if !errors.As(err, &ve) {
@@ -46,9 +56,23 @@ func FuzzCompile(f *testing.F) {
 			}
 			return
 		}
+		again, err := filterchain.CompileRaw(raw, filterchain.Options{Previous: rawTbl})
+		if err != nil {
+			t.Fatalf("CompileRaw() reusing its own result failed: %v", err)
+		}
+		for _, other := range []*filterchain.Table{rawTbl, again} {
+			if !tbl.Equal(other) {
+				t.Fatalf("CompileRaw() table differs from Compile()'s")
+			}
+		}
 		for _, src := range fuzzAddrs {
 			for _, dst := range fuzzAddrs {
-				tbl.Lookup(src, dst)
+				want := tbl.Lookup(src, dst)
+				for _, other := range []*filterchain.Table{rawTbl, again} {
+					if got := other.Lookup(src, dst); (got == nil) != (want == nil) || got != nil && got.ID != want.ID {
+						t.Fatalf("Lookup(%v, %v): CompileRaw's table picks %v, Compile's %v", src, dst, got, want)
+					}
+				}
 			}
 		}
 	})

@@ -11,6 +11,7 @@ import (
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 	"github.com/proxyless-grpc/xds/xdsclient"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -244,5 +245,54 @@ func TestUnwatchedResourcesIgnored(t *testing.T) {
 	}
 	if d := findDump(c, listenerURL, "someone-elses"); d != nil {
 		t.Errorf("Dump lists the unwatched Listener: %+v", d)
+	}
+}
+
+// TestDecodePrevious: a decoder is given the last value decoded for the same
+// resource, also after the resource was deleted, so that it can reuse what
+// did not change; the first decode gets none.
+func TestDecodePrevious(t *testing.T) {
+	ctx := testContext(t)
+	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
+	prevs := make(chan xdsclient.ResourceData, 10)
+	rt := &xdsclient.ResourceType{
+		TypeURL:                    listenerURL,
+		TypeName:                   "Listener",
+		AllResourcesRequiredInSotW: true,
+		Decode: func(in xdsclient.DecodeInput) (string, xdsclient.ResourceData, error) {
+			name, d, err := listenerType.Decode(in)
+			prevs <- in.Previous
+			return name, d, err
+		},
+	}
+	c := newClient(t, e2e.BootstrapOptions{ServerURIs: []string{ms.Address}}, xdsclient.Options{ResourceTypes: []*xdsclient.ResourceType{rt}})
+	w := newTestWatcher()
+	defer c.WatchResource(rt, "lis", w)()
+	next := func() xdsclient.ResourceData {
+		t.Helper()
+		select {
+		case p := <-prevs:
+			return p
+		case <-ctx.Done():
+			t.Fatal("no decode")
+		}
+		return nil
+	}
+	v1, v2, v3 := testListener("lis", 1), testListener("lis", 2), testListener("lis", 3)
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{v1}})
+	if p := next(); p != nil {
+		t.Errorf("first decode got Previous %v, want nil", p)
+	}
+	w.wantData(ctx, t, v1)
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{v2}})
+	if p, ok := next().(listenerData); !ok || !proto.Equal(p.l, v1) {
+		t.Errorf("second decode got Previous %v, want v1", p)
+	}
+	w.wantData(ctx, t, v2)
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{}})
+	w.wantError(ctx, t, "error", xdsclient.KindDoesNotExist)
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{v3}})
+	if p, ok := next().(listenerData); !ok || !proto.Equal(p.l, v2) {
+		t.Errorf("decode after a deletion got Previous %v, want v2", p)
 	}
 }

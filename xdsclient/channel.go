@@ -18,8 +18,9 @@ import (
 //
 // Its goroutine (run) owns the gRPC stream: it opens streams, reconnects with
 // backoff, reads responses and hands them to the serializer, one at a time
-// (flow control). Each live stream has a sender goroutine that writes the
-// requests the serializer queued. All protocol state (versions, nonces,
+// (flow control). While the serializer has queued requests for the live
+// stream, a sender goroutine writes them; it exits when the queue is empty,
+// so an idle client has none. All protocol state (versions, nonces,
 // subscriptions) is decided on the serializer.
 type xdsChannel struct {
 	c       *Client                 // immutable
@@ -29,17 +30,19 @@ type xdsChannel struct {
 	dialErr error                   // immutable
 	ctx     context.Context         // immutable; cancelled by close
 	cancel  context.CancelFunc      // immutable
-	wake    chan struct{}           // immutable; capacity 1, wakes the sender
 
 	mu      sync.Mutex
-	liveGen uint64        // guarded by mu; the stream the sender writes to, 0 if none
-	queue   []*outRequest // guarded by mu; requests for stream liveGen
+	live    *liveStream   // guarded by mu; the stream requests are written to, nil if none
+	queue   []*outRequest // guarded by mu; requests for stream live
+	sending bool          // guarded by mu; a sender goroutine runs for live
 
 	// Only touched on the serializer:
 	users     map[*authority]struct{} // authorities whose chans include this channel
 	streamGen uint64                  // the stream the serializer knows to be up; 0 if none
 	failing   bool                    // the last stream ended before any response
 	connected bool                    // gRFC A78 grpc.xds_client.connected
+	lastErr   error                   // how the last stream ended; nil if none has
+	lastErrAt time.Time               // when
 	closed    bool
 	types     map[string]*typeState // by type URL
 }
@@ -57,6 +60,19 @@ type outRequest struct {
 	req *discoverypb.DiscoveryRequest
 }
 
+// liveStream is an open ADS stream, as its senders need it.
+type liveStream struct {
+	gen    uint64                                                                 // immutable
+	stream discoverypb.AggregatedDiscoveryService_StreamAggregatedResourcesClient // immutable
+	cancel context.CancelFunc                                                     // immutable; ends the stream
+	// sentFirst is set once a request was written: the first carries the
+	// node (gRFC A27). Guarded by xdsChannel.mu.
+	sentFirst bool
+	// senders counts the sender goroutines of the stream; runStream waits
+	// for them before it returns.
+	senders sync.WaitGroup
+}
+
 // serverKey identifies a management server connection (gRFC A47: same URI,
 // credentials and features share one channel).
 func serverKey(s *bootstrap.ServerConfig) string {
@@ -69,6 +85,12 @@ func serverKey(s *bootstrap.ServerConfig) string {
 	for _, f := range s.ServerFeatures {
 		b.WriteByte(0)
 		b.WriteString(f)
+	}
+	for _, cc := range s.CallCreds {
+		b.WriteByte(1)
+		b.WriteString(cc.Type)
+		b.WriteByte(0)
+		b.WriteString(cc.JWTTokenFile)
 	}
 	return b.String()
 }
@@ -87,19 +109,18 @@ func (c *Client) acquireChannel(server *bootstrap.ServerConfig) *xdsChannel {
 		key:    key,
 		ctx:    ctx,
 		cancel: cancel,
-		wake:   make(chan struct{}, 1),
 		users:  make(map[*authority]struct{}),
 		types:  make(map[string]*typeState),
 	}
-	creds, err := transportCredentials(server)
+	opts, err := credentialOptions(server)
 	if err == nil {
 		// gRPC's default 4 MB receive limit is far below what a
 		// control plane may send (a Listener with thousands of filter
 		// chains): over it the stream breaks and reconnects forever
 		// without the resource ever being seen or NACKed. Envoy has no
 		// such limit either.
-		ch.cc, err = grpc.NewClient(server.ServerURI, grpc.WithTransportCredentials(creds),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxResponseSize)))
+		opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxResponseSize)))
+		ch.cc, err = grpc.NewClient(server.ServerURI, opts...)
 	}
 	ch.dialErr = err
 	c.channels[key] = ch
@@ -125,15 +146,16 @@ func (ch *xdsChannel) typeState(typeURL string) *typeState {
 	return ts
 }
 
-// watches reports whether a user of ch watches the resource of typeURL with
-// the canonical name. Only called from serializer callbacks.
-func (ch *xdsChannel) watches(typeURL, name string) bool {
+// watched returns the state of the resource of typeURL with the canonical
+// name if a user of ch watches it, else nil. Only called from serializer
+// callbacks.
+func (ch *xdsChannel) watched(typeURL, name string) *resourceState {
 	for a := range ch.users {
-		if _, ok := a.resources[typeURL][name]; ok {
-			return true
+		if s, ok := a.resources[typeURL][name]; ok {
+			return s
 		}
 	}
-	return false
+	return nil
 }
 
 // subscribedNames returns the names of typeURL that the users of ch watch,
@@ -160,7 +182,8 @@ func (c *Client) sendSubscription(ch *xdsChannel, typeURL string) {
 	ch.enqueue(typeURL, ts.version, ts.nonce, ch.subscribedNames(typeURL), nil)
 }
 
-// enqueue queues one request for the current stream and wakes the sender.
+// enqueue queues one request for the current stream, starting a sender if
+// none runs.
 // Only called from serializer callbacks.
 func (ch *xdsChannel) enqueue(typeURL, version, nonce string, names []string, errDetail *statuspb.Status) {
 	req := &discoverypb.DiscoveryRequest{
@@ -171,15 +194,16 @@ func (ch *xdsChannel) enqueue(typeURL, version, nonce string, names []string, er
 		ErrorDetail:   errDetail,
 	}
 	ch.mu.Lock()
-	if ch.liveGen != ch.streamGen {
-		ch.mu.Unlock()
+	defer ch.mu.Unlock()
+	live := ch.live
+	if live == nil || live.gen != ch.streamGen {
 		return // that stream is gone; the next one re-sends everything
 	}
 	ch.queue = append(ch.queue, &outRequest{gen: ch.streamGen, req: req})
-	ch.mu.Unlock()
-	select {
-	case ch.wake <- struct{}{}:
-	default:
+	if !ch.sending {
+		ch.sending = true
+		live.senders.Add(1)
+		go ch.send(live)
 	}
 }
 
@@ -220,6 +244,7 @@ func (c *Client) handleStreamDown(ch *xdsChannel, err error, gotResponse bool) {
 		return
 	}
 	ch.streamGen = 0
+	ch.lastErr, ch.lastErrAt = err, time.Now()
 	c.stopTimersOf(ch)
 	if gotResponse {
 		logger.Infof("xdsclient: ADS stream to %q ended after receiving responses, reconnecting: %v [xds node id %q]", ch.server, err, c.nodeID)
@@ -287,23 +312,18 @@ func (ch *xdsChannel) runStream(gen uint64) (gotResponse bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	live := &liveStream{gen: gen, stream: stream, cancel: cancel}
 	ch.mu.Lock()
-	ch.liveGen, ch.queue = gen, nil
+	ch.live, ch.queue = live, nil
 	ch.mu.Unlock()
 	ch.c.serializer.TrySchedule(func(context.Context) { ch.c.handleStreamUp(ch, gen) })
-
-	sendDone := make(chan struct{})
-	go func() {
-		defer close(sendDone)
-		ch.send(ctx, stream, gen)
-		cancel() // a failed Send ends the stream; Recv then reports why
-	}()
 	defer func() {
 		cancel()
-		<-sendDone
 		ch.mu.Lock()
-		ch.liveGen, ch.queue = 0, nil
+		ch.live, ch.queue = nil, nil
 		ch.mu.Unlock()
+		// A sender still writing sees the stream cancelled and returns.
+		live.senders.Wait()
 	}()
 
 	for {
@@ -314,7 +334,9 @@ func (ch *xdsChannel) runStream(gen uint64) (gotResponse bool, err error) {
 		gotResponse = true
 		done := make(chan struct{})
 		release := func() { close(done) }
-		if !ch.c.serializer.TrySchedule(func(context.Context) { ch.c.handleResponse(ch, gen, resp, release) }) {
+		// This goroutine waits for the response to be handled anyway: it
+		// handles it itself when the serializer is idle.
+		if !ch.c.serializer.RunOrSchedule(func(context.Context) { ch.c.handleResponse(ch, gen, resp, release) }) {
 			return gotResponse, errClientClosed
 		}
 		select {
@@ -325,47 +347,50 @@ func (ch *xdsChannel) runStream(gen uint64) (gotResponse bool, err error) {
 	}
 }
 
-// send writes the requests queued for stream gen until ctx is done or a
-// write fails. The first request carries the node (gRFC A27).
-func (ch *xdsChannel) send(ctx context.Context, stream discoverypb.AggregatedDiscoveryService_StreamAggregatedResourcesClient, gen uint64) {
-	first := true
+// send writes the requests queued for live until none is left, then
+// returns; enqueue starts it again for the next one. A failed write ends the
+// stream (Recv then reports why). The first request of a stream carries the
+// node (gRFC A27).
+func (ch *xdsChannel) send(live *liveStream) {
+	defer live.senders.Done()
 	for {
-		select {
-		case <-ctx.Done():
+		r, first := ch.pop(live)
+		if r == nil {
 			return
-		case <-ch.wake:
 		}
-		for {
-			r := ch.pop(gen)
-			if r == nil {
-				break
-			}
-			if first {
-				r.req.Node = ch.c.cfg.Node
-				first = false
-			}
-			if err := stream.Send(r.req); err != nil {
-				return
-			}
-			typeURL, names := r.req.GetTypeUrl(), r.req.GetResourceNames()
-			ch.c.serializer.TrySchedule(func(context.Context) { ch.c.startTimers(ch, gen, typeURL, names) })
+		if first {
+			r.req.Node = ch.c.cfg.Node
 		}
+		if err := live.stream.Send(r.req); err != nil {
+			ch.mu.Lock()
+			ch.sending = false
+			ch.mu.Unlock()
+			live.cancel()
+			return
+		}
+		typeURL, names, gen := r.req.GetTypeUrl(), r.req.GetResourceNames(), live.gen
+		ch.c.serializer.TrySchedule(func(context.Context) { ch.c.startTimers(ch, gen, typeURL, names) })
 	}
 }
 
-// pop takes the oldest request queued for stream gen, or returns nil.
-func (ch *xdsChannel) pop(gen uint64) *outRequest {
+// pop takes the oldest request queued for live, and reports whether it is
+// the stream's first; when there is none it marks the sender gone and
+// returns nil.
+func (ch *xdsChannel) pop(live *liveStream) (r *outRequest, first bool) {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
-	for len(ch.queue) > 0 {
+	for len(ch.queue) > 0 && ch.live == live {
 		r := ch.queue[0]
 		ch.queue[0] = nil
 		ch.queue = ch.queue[1:]
-		if r.gen == gen {
-			return r
+		if r.gen == live.gen {
+			first = !live.sentFirst
+			live.sentFirst = true
+			return r, first
 		}
 	}
-	return nil
+	ch.sending = false
+	return nil, false
 }
 
 // maxResponseSize bounds one ADS response: large enough for any real

@@ -10,9 +10,28 @@ import (
 	"time"
 
 	"github.com/proxyless-grpc/xds/bootstrap"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
+
+// credentialOptions returns the dial options of a management server's
+// credentials: its channel credentials and, over TLS, the call credentials
+// of its call_creds (gRFC A97), sent on every ADS stream.
+func credentialOptions(s *bootstrap.ServerConfig) ([]grpc.DialOption, error) {
+	creds, err := transportCredentials(s)
+	if err != nil {
+		return nil, err
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	for _, cc := range s.CallCreds {
+		if cc.Type != bootstrap.CallCredsJWTTokenFile {
+			return nil, fmt.Errorf("management server %q: unsupported call credentials %q", s.ServerURI, cc.Type)
+		}
+		opts = append(opts, grpc.WithPerRPCCredentials(newTokenFileCreds(cc.JWTTokenFile)))
+	}
+	return opts, nil
+}
 
 // transportCredentials builds the channel credentials of a management server
 // from its bootstrap entry: "insecure", or "tls" as gRFC A65 describes (the

@@ -139,3 +139,48 @@ func (c *Client) dumpResources() []ResourceDump {
 	})
 	return out
 }
+
+// ServerStatus is the state of the client's connection to one management
+// server, as Servers reports it.
+type ServerStatus struct {
+	// URI is the server's server_uri from the bootstrap.
+	URI string
+	// Connected is gRFC A78's grpc.xds_client.connected: an ADS stream is
+	// up, or is being re-established after one that received a response.
+	Connected bool
+	// StreamUp reports that an ADS stream is open now.
+	StreamUp bool
+	// LastError is how the last ADS stream (or attempt to open one) ended,
+	// and LastErrorTime when; nil and zero if none has.
+	LastError     error
+	LastErrorTime time.Time
+}
+
+// Servers returns the state of the client's connections to management
+// servers, sorted by URI. It reads the state on the client's serializer, so
+// it waits for a running watcher callback and must not be called from one.
+// A closed client returns nil.
+func (c *Client) Servers() []ServerStatus {
+	var out []ServerStatus
+	done := make(chan struct{})
+	if !c.serializer.TrySchedule(func(context.Context) {
+		defer close(done)
+		if c.closed.HasFired() {
+			return
+		}
+		for _, ch := range c.channels {
+			out = append(out, ServerStatus{
+				URI:           ch.server.ServerURI,
+				Connected:     ch.connected,
+				StreamUp:      ch.streamGen != 0,
+				LastError:     ch.lastErr,
+				LastErrorTime: ch.lastErrAt,
+			})
+		}
+	}) {
+		return nil
+	}
+	<-done
+	sort.Slice(out, func(i, j int) bool { return out[i].URI < out[j].URI })
+	return out
+}

@@ -124,3 +124,41 @@ func TestDumpErrorStateClearedByACK(t *testing.T) {
 		}
 	}
 }
+
+// Servers reports the ADS stream to the management server while it is up,
+// and how it ended once the server went away, with the last good
+// configuration still cached.
+func TestServers(t *testing.T) {
+	ctx := testContext(t)
+	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
+	c := newClient(t, e2e.BootstrapOptions{ServerURIs: []string{ms.Address}}, xdsclient.Options{})
+	if got := c.Servers(); len(got) != 0 {
+		t.Errorf("Servers() before any watch = %+v, want none (no channel yet)", got)
+	}
+	l := testListener("lis", 1)
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{l}})
+	w := newTestWatcher()
+	defer c.WatchResource(listenerType, "lis", w)()
+	w.wantData(ctx, t, l)
+	got := c.Servers()
+	if len(got) != 1 || got[0].URI != ms.Address || !got[0].Connected || !got[0].StreamUp || got[0].LastError != nil {
+		t.Fatalf("Servers() while connected = %+v, want one connected server %q without error", got, ms.Address)
+	}
+
+	before := time.Now()
+	ms.Stop()
+	for {
+		got = c.Servers()
+		if len(got) == 1 && !got[0].StreamUp && got[0].LastError != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("Servers() after the management server stopped = %+v, want a stream down with its error", got)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if got[0].LastErrorTime.Before(before) {
+		t.Errorf("LastErrorTime %v is before the server stopped (%v)", got[0].LastErrorTime, before)
+	}
+}

@@ -59,6 +59,12 @@ type DecodeInput struct {
 	Bootstrap *bootstrap.Config
 	// Server is the management server the resource came from.
 	Server *bootstrap.ServerConfig
+	// Previous is the last value this client decoded for a resource of the
+	// same type and name, if it still has one (the resource may have been
+	// deleted since); nil otherwise. A decoder may reuse the parts of it
+	// that the new resource leaves unchanged, as long as the result is what
+	// decoding from scratch would give.
+	Previous ResourceData
 }
 
 // ResourceData is a decoded, validated resource. It must be immutable: the

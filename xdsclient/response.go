@@ -108,10 +108,15 @@ func (c *Client) nack(ch *xdsChannel, ts *typeState, typeURL string, resp *disco
 func (c *Client) decodeAll(ch *xdsChannel, rt *ResourceType, resp *discoverypb.DiscoveryResponse) (results map[string]decoded, valid int, errs []string, unnamed bool) {
 	results = make(map[string]decoded, len(resp.GetResources()))
 	for i, raw := range resp.GetResources() {
-		if name, ok := peekName(raw); ok && !ch.watches(rt.TypeURL, canonicalOrEmpty(name)) {
-			continue
+		var prev ResourceData
+		if name, ok := peekName(raw); ok {
+			s := ch.watched(rt.TypeURL, canonicalOrEmpty(name))
+			if s == nil {
+				continue
+			}
+			prev = s.decoded
 		}
-		name, d := c.decodeOne(ch, rt, raw)
+		name, d := c.decodeOne(ch, rt, raw, prev)
 		if name == "" {
 			errs = append(errs, fmt.Sprintf("resource %d: %v", i, d.err))
 			unnamed = true
@@ -132,7 +137,7 @@ func (c *Client) decodeAll(ch *xdsChannel, rt *ResourceType, resp *discoverypb.D
 
 // decodeOne decodes one resource; name is canonical, or "" if unknown.
 // Only called from serializer callbacks.
-func (c *Client) decodeOne(ch *xdsChannel, rt *ResourceType, raw *anypb.Any) (string, decoded) {
+func (c *Client) decodeOne(ch *xdsChannel, rt *ResourceType, raw *anypb.Any, prev ResourceData) (string, decoded) {
 	wrapperName := ""
 	if raw.GetTypeUrl() == resourceWrapperURL {
 		w := &discoverypb.Resource{}
@@ -145,7 +150,7 @@ func (c *Client) decodeOne(ch *xdsChannel, rt *ResourceType, raw *anypb.Any) (st
 		err := fmt.Errorf("type %q in a response of type %q", raw.GetTypeUrl(), rt.TypeURL)
 		return canonicalOrEmpty(wrapperName), decoded{err: err}
 	}
-	name, data, err := rt.Decode(DecodeInput{Resource: raw, Bootstrap: c.cfg, Server: ch.server})
+	name, data, err := rt.Decode(DecodeInput{Resource: raw, Bootstrap: c.cfg, Server: ch.server, Previous: prev})
 	if name == "" {
 		name = wrapperName
 	}
@@ -202,6 +207,7 @@ func (c *Client) applyGood(s *resourceState, u update, d decoded) {
 		logger.Infof("xdsclient: %s resource %q is back after its deletion was ignored [xds node id %q]", s.rt.TypeName, s.name, c.nodeID)
 		s.ignored = false
 	}
+	s.decoded = d.data
 	changed := s.data == nil || !s.data.Equal(d.data)
 	s.status, s.errState, s.lastErr = StatusACKed, u.rejected, nil
 	s.version, s.raw, s.lastUpdated, s.from = u.version, d.raw, u.now, u.ch

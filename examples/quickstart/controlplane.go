@@ -13,6 +13,7 @@ import (
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	routerpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlspb "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	matcherpb "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	cachetypes "github.com/envoyproxy/go-control-plane/pkg/cache/types"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // listenerNameTemplate is the bootstrap's server_listener_resource_name_template:
@@ -93,25 +95,42 @@ func (cp *controlPlane) stop() error {
 	return <-cp.served
 }
 
+// certProvider is the name of the bootstrap's certificate provider
+// instance, which Listeners name for their TLS (gRFC A29).
+const certProvider = "quickstart"
+
 // bootstrapJSON is the xDS bootstrap (gRFC A27) of a server managed by the
-// control plane at cpAddr.
-func bootstrapJSON(cpAddr string) ([]byte, error) {
+// control plane at cpAddr, whose certificate provider reads pki's files.
+func bootstrapJSON(cpAddr string, pki *demoPKI) ([]byte, error) {
 	type xdsServer struct {
 		URI            string              `json:"server_uri"`
 		ChannelCreds   []map[string]string `json:"channel_creds"`
 		ServerFeatures []string            `json:"server_features"`
 	}
+	type provider struct {
+		Plugin string            `json:"plugin_name"`
+		Config map[string]string `json:"config"`
+	}
 	return json.MarshalIndent(struct {
-		XDSServers       []xdsServer       `json:"xds_servers"`
-		Node             map[string]string `json:"node"`
-		ListenerTemplate string            `json:"server_listener_resource_name_template"`
+		XDSServers       []xdsServer         `json:"xds_servers"`
+		Node             map[string]string   `json:"node"`
+		CertProviders    map[string]provider `json:"certificate_providers"`
+		ListenerTemplate string              `json:"server_listener_resource_name_template"`
 	}{
 		XDSServers: []xdsServer{{
 			URI:            cpAddr,
 			ChannelCreds:   []map[string]string{{"type": "insecure"}},
 			ServerFeatures: []string{"xds_v3"},
 		}},
-		Node:             map[string]string{"id": "quickstart-server"},
+		Node: map[string]string{"id": "quickstart-server"},
+		// The server's certificate and the roots that verify clients, from
+		// files, re-read every refresh_interval (as istio-agent writes them).
+		CertProviders: map[string]provider{certProvider: {Plugin: "file_watcher", Config: map[string]string{
+			"certificate_file":    pki.file("cert.pem"),
+			"private_key_file":    pki.file("key.pem"),
+			"ca_certificate_file": pki.file("ca.pem"),
+			"refresh_interval":    "60s",
+		}}},
 		ListenerTemplate: listenerNameTemplate,
 	}, "", "  ")
 }
@@ -149,6 +168,27 @@ func serverListener(addr *net.TCPAddr, routes string, filters ...*hcmpb.HttpFilt
 			}},
 		}},
 	}
+}
+
+// requireMTLS sets l's filter chain to TLS with the server's certificate
+// from the bootstrap's certificate provider, and client certificates
+// required and verified with the same provider's roots (gRFC A29).
+func requireMTLS(l *listenerpb.Listener) *listenerpb.Listener {
+	instance := &tlspb.CertificateProviderPluginInstance{InstanceName: certProvider}
+	tlsCtx := &tlspb.DownstreamTlsContext{
+		CommonTlsContext: &tlspb.CommonTlsContext{
+			TlsCertificateProviderInstance: instance,
+			ValidationContextType: &tlspb.CommonTlsContext_ValidationContext{ValidationContext: &tlspb.CertificateValidationContext{
+				CaCertificateProviderInstance: instance,
+			}},
+		},
+		RequireClientCertificate: wrapperspb.Bool(true),
+	}
+	l.FilterChains[0].TransportSocket = &corepb.TransportSocket{
+		Name:       "envoy.transport_sockets.tls",
+		ConfigType: &corepb.TransportSocket_TypedConfig{TypedConfig: mustAny(tlsCtx)},
+	}
+	return l
 }
 
 // denyHeader is an RBAC HTTP filter (gRFC A41) that denies every RPC whose

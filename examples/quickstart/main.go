@@ -26,7 +26,11 @@
 //     finishes normally.
 //  6. The client calls the server's CSDS service and prints each xDS
 //     resource with its version and status.
-//  7. The control plane deletes the Listener: the server is NOT_SERVING
+//  7. The control plane turns on mTLS: the server's certificate and the
+//     roots for client certificates come from the bootstrap's certificate
+//     provider (files the demo writes at start). A client with a
+//     certificate is served; one without is refused in the handshake.
+//  8. The control plane deletes the Listener: the server is NOT_SERVING
 //     again, and the callback says why.
 //
 // Then everything is stopped and the program exits 0; on any failure, or
@@ -35,6 +39,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -52,6 +57,7 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
@@ -107,9 +113,21 @@ func run(ctx context.Context, out io.Writer) error {
 	defer stopControlPlane()
 	say("Started an xDS control plane (go-control-plane) on %s.", cp.addr)
 
-	// The xDS-managed server: a bootstrap pointing at the control plane, a
-	// callback reporting the serving mode, a greeter service and CSDS.
-	bootstrap, err := bootstrapJSON(cp.addr)
+	// The xDS-managed server: a bootstrap pointing at the control plane and
+	// naming the certificate files, xDS credentials (the control plane
+	// decides whether a connection uses TLS), a callback reporting the
+	// serving mode, a greeter service and CSDS.
+	pki, err := newDemoPKI()
+	if err != nil {
+		return fmt.Errorf("certificates: %w", err)
+	}
+	defer pki.remove()
+	bootstrap, err := bootstrapJSON(cp.addr, pki)
+	if err != nil {
+		return err
+	}
+	// Filter chains without TLS use the fallback: plaintext.
+	creds, err := xds.NewServerCredentials(xds.ServerOptions{FallbackCreds: insecure.NewCredentials()})
 	if err != nil {
 		return err
 	}
@@ -117,7 +135,7 @@ func run(ctx context.Context, out io.Writer) error {
 	stopping := make(chan struct{})
 	conns := &connWatcher{closed: make(chan string, 16), stopping: stopping}
 	srv, err := xds.NewGRPCServer(
-		grpc.Creds(insecure.NewCredentials()),
+		grpc.Creds(creds),
 		grpc.StatsHandler(conns), // any grpc.ServerOption works as with grpc.NewServer
 		xds.BootstrapContents(bootstrap),
 		xds.ServingModeCallback(func(_ net.Addr, args xds.ServingModeChangeArgs) {
@@ -319,22 +337,72 @@ func run(ctx context.Context, out io.Writer) error {
 		more("   %s", l)
 	}
 
-	// 7. The Listener is deleted.
-	step("7. The control plane deletes the Listener.")
+	// 7. mTLS: the control plane turns TLS on and requires client
+	// certificates; the server's certificate and the client roots come from
+	// the bootstrap's certificate provider.
+	step("7. The control plane publishes a Listener whose filter chain requires mTLS: the server's certificate")
+	more("   and the roots that verify clients come from the bootstrap's certificate provider %q.", certProvider)
+	cp.setListeners(requireMTLS(serverListener(addr, routesName)))
+	withCert, err := tlsClient(addr, pki, true)
+	if err != nil {
+		return err
+	}
+	defer withCert.Close()
+	var tlsPeer peer.Peer
+	if _, err := untilStatus(ctx, func(ctx context.Context) error {
+		_, err := testgrpc.NewTestServiceClient(withCert).EmptyCall(ctx, &testgrpc.Empty{}, grpc.Peer(&tlsPeer))
+		return err
+	}, codes.OK, ""); err != nil {
+		return fmt.Errorf("EmptyCall with a client certificate under mTLS: %w", err)
+	}
+	serverID := "(none)"
+	if info, ok := tlsPeer.AuthInfo.(credentials.TLSInfo); ok && len(info.State.PeerCertificates) > 0 && len(info.State.PeerCertificates[0].URIs) > 0 {
+		serverID = info.State.PeerCertificates[0].URIs[0].String()
+	}
+	say("   client:   with alice's certificate: EmptyCall succeeded over mTLS; the server is %s.", serverID)
+	noCert, err := tlsClient(addr, pki, false)
+	if err != nil {
+		return err
+	}
+	defer noCert.Close()
+	callCtx, cancelCall := context.WithTimeout(ctx, 2*time.Second)
+	defer cancelCall()
+	_, rpcErr = testgrpc.NewTestServiceClient(noCert).EmptyCall(callCtx, &testgrpc.Empty{})
+	if status.Code(rpcErr) != codes.Unavailable {
+		return fmt.Errorf("EmptyCall without a client certificate under mTLS: got %v, want code Unavailable", rpcErr)
+	}
+	say("   client:   without a certificate: EmptyCall failed with code %v: the server refused the TLS handshake.", status.Code(rpcErr))
+
+	// 8. The Listener is deleted.
+	step("8. The control plane deletes the Listener.")
 	cp.setListeners()
 	if err := expectMode(ctx, modes, connectivity.ServingModeNotServing, say); err != nil {
 		return err
 	}
 
-	// 8. Stop.
+	// 9. Stop.
 	if err := stopServer(); err != nil {
 		return fmt.Errorf("xds server: Serve returned %w", err)
 	}
 	if err := stopControlPlane(); err != nil {
 		return fmt.Errorf("control plane: Serve returned %w", err)
 	}
-	step("8. Stopped the server and the control plane. Done.")
+	step("9. Stopped the server and the control plane. Done.")
 	return nil
+}
+
+// tlsClient returns a client of the server at addr over TLS, trusting the
+// demo's CA, with alice's certificate if withCert.
+func tlsClient(addr *net.TCPAddr, pki *demoPKI, withCert bool) (*grpc.ClientConn, error) {
+	cfg := &tls.Config{RootCAs: pki.roots, MinVersion: tls.VersionTLS12}
+	if withCert {
+		cfg.Certificates = []tls.Certificate{pki.client}
+	}
+	return grpc.NewClient(addr.String(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, MaxDelay: 200 * time.Millisecond},
+			MinConnectTimeout: time.Second,
+		}))
 }
 
 // routesName is the RouteConfiguration of the demo's Listeners.

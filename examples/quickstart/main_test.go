@@ -47,9 +47,12 @@ func TestRun(t *testing.T) {
 		"RouteConfiguration  greeter-routes",
 		"ACKED\n",
 		"] 7. ",
+		"client:   with alice's certificate: EmptyCall succeeded over mTLS; the server is spiffe://quickstart.example/greeter.",
+		"client:   without a certificate: EmptyCall failed with code Unavailable: the server refused the TLS handshake.",
+		"] 8. ",
 		"callback: the server is NOT_SERVING (",
 		"does not exist",
-		"] 8. Stopped the server and the control plane. Done.\n",
+		"] 9. Stopped the server and the control plane. Done.\n",
 	} {
 		i := strings.Index(rest, want)
 		if i < 0 {
@@ -61,7 +64,7 @@ func TestRun(t *testing.T) {
 		t.Errorf("the output has %d serving-mode callbacks, want 2 (SERVING, NOT_SERVING); output:\n%s", n, story)
 	}
 	// Every step is timestamped.
-	if !regexp.MustCompile(`(?m)^\[\+\d+\.\d\ds\] 8\. `).MatchString(story) {
+	if !regexp.MustCompile(`(?m)^\[\+\d+\.\d\ds\] 9\. `).MatchString(story) {
 		t.Errorf("the steps are not timestamped like [+0.12s]; output:\n%s", story)
 	}
 }

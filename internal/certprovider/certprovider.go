@@ -1,8 +1,9 @@
 // Package certprovider runs the certificate providers of the xDS bootstrap's
 // certificate_providers (gRFC A29): file_watcher instances that read an
-// identity certificate chain, its private key and a root bundle from PEM
-// files and re-read them every refresh_interval, so that rotated files reach
-// new TLS handshakes without a restart.
+// identity certificate chain, its private key and either a root bundle from
+// PEM files or a SPIFFE trust bundle map (gRFC A87), and re-read them every
+// refresh_interval, so that rotated files reach new TLS handshakes without a
+// restart.
 //
 // A Store shares one running provider among every user of the same
 // configuration (reference counted): the first Get starts it, the last
@@ -13,6 +14,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -23,14 +25,27 @@ import (
 	"github.com/proxyless-grpc/xds/bootstrap"
 )
 
-// KeyMaterial is what a provider read last time it succeeded. Immutable.
-type KeyMaterial struct {
-	// Certs holds the identity certificate chain and key; empty when the
-	// provider has no certificate_file.
+// Identity is the certificate chain and private key a provider read from
+// certificate_file and private_key_file. Immutable.
+type Identity struct {
+	// Certs holds the one chain and key, its Leaf parsed.
 	Certs []tls.Certificate
-	// Roots are the trusted roots; nil when the provider has no
-	// ca_certificate_file.
+	// NotAfter is when the leaf certificate expires.
+	NotAfter time.Time
+}
+
+// Trust is what a provider verifies peers with: the roots of
+// ca_certificate_file, or, when spiffe_trust_bundle_map_file is set, the
+// SPIFFE bundle map (gRFC A87), never both. Immutable.
+type Trust struct {
+	// Roots are the trusted roots; nil when SPIFFE is set.
 	Roots *x509.CertPool
+	// SPIFFE is the trust bundle map; nil when the provider has no
+	// spiffe_trust_bundle_map_file.
+	SPIFFE *BundleMap
+	// NotAfter is when the earliest-expiring root (of Roots, or of any
+	// bundle of SPIFFE) expires; zero when there is none (an empty map).
+	NotAfter time.Time
 }
 
 // Store hands out shared, reference-counted providers. Its methods are safe
@@ -54,7 +69,7 @@ func NewStore(warnf func(format string, args ...any)) *Store {
 
 // Get returns a handle on the provider for cfg. If none is running, it
 // starts one: the files are read before Get returns (a failure is reported by
-// Handle.KeyMaterial, not here) and re-read every cfg.RefreshInterval
+// Handle.Identity and Handle.Trust, not here) and re-read every cfg.RefreshInterval
 // (a non-positive interval means 10 minutes). The caller must Release the
 // handle.
 //
@@ -118,12 +133,21 @@ type Handle struct {
 	release sync.Once
 }
 
-// KeyMaterial returns the key material the provider read last time it
-// succeeded, or the error of its first read if none ever did. It does no
-// I/O and takes no lock.
-func (h *Handle) KeyMaterial() (*KeyMaterial, error) {
-	st := h.p.state.Load()
-	return st.km, st.err
+// Identity returns the certificate and key the provider read last time it
+// succeeded, or why it has none: the provider has no certificate_file, or
+// no read of it ever succeeded. It does no I/O and takes no lock.
+func (h *Handle) Identity() (*Identity, error) {
+	st := h.p.identity.Load()
+	return st.v, st.err
+}
+
+// Trust returns the roots or SPIFFE bundle map the provider read last time
+// it succeeded, or why it has none: the provider has neither
+// ca_certificate_file nor spiffe_trust_bundle_map_file, or no read of it
+// ever succeeded. It does no I/O and takes no lock.
+func (h *Handle) Trust() (*Trust, error) {
+	st := h.p.trust.Load()
+	return st.v, st.err
 }
 
 // Release drops the reference; the provider stops with its last reference.
@@ -131,33 +155,41 @@ func (h *Handle) KeyMaterial() (*KeyMaterial, error) {
 func (h *Handle) Release() { h.release.Do(func() { h.s.release(h.p) }) }
 
 // provider is one running file_watcher: a goroutine that re-reads the files
-// every refresh interval.
+// every refresh interval. The identity (certificate and key) and the trust
+// (roots or SPIFFE bundle map) are read and kept apart: a broken bundle map
+// does not take the identity away from a chain that uses only the identity,
+// and each keeps its last good value when a re-read fails.
 type provider struct {
 	cfg   bootstrap.FileWatcherConfig // immutable
 	warnf func(format string, args ...any)
 	refs  int // guarded by Store.mu
 
-	state atomic.Pointer[providerState] // never nil once started is closed
+	identity atomic.Pointer[state[Identity]] // never nil once started is closed
+	trust    atomic.Pointer[state[Trust]]    // never nil once started is closed
 
 	// Only touched by start and then by the provider's goroutine.
-	lastCert, lastKey, lastCA []byte
-	lastErr                   string // the last read error logged, to log each once
+	lastCert, lastKey, lastTrust []byte    // the contents of the last good reads
+	lastErr                      [2]string // the last read error logged, identity then trust, to log each once
 
 	started chan struct{} // closed by start once the first read is done
 	quit    chan struct{} // closed by stop
 	done    chan struct{} // closed when the goroutine has exited
 }
 
-// providerState is the result of the latest good read, or of the first
+// state is the result of the latest good read of a part, or of the first
 // failed one. Immutable.
-type providerState struct {
-	km  *KeyMaterial
+type state[T any] struct {
+	v   *T
 	err error
 }
 
 // defaultRefresh is the refresh interval when none is given, the
 // bootstrap's default.
 const defaultRefresh = 10 * time.Minute
+
+// ErrNotConfigured is the cause of the error of Handle.Identity or
+// Handle.Trust when the configuration has no file for that part.
+var ErrNotConfigured = errors.New("not configured")
 
 func newProvider(cfg bootstrap.FileWatcherConfig, warnf func(string, ...any)) *provider {
 	return &provider{cfg: cfg, warnf: warnf, started: make(chan struct{}), quit: make(chan struct{}), done: make(chan struct{})}
@@ -166,11 +198,7 @@ func newProvider(cfg bootstrap.FileWatcherConfig, warnf func(string, ...any)) *p
 // start reads the files once and starts the goroutine that re-reads them.
 // Called once, by the Get that created p, without the Store's lock.
 func (p *provider) start() {
-	km, err := p.read()
-	if err != nil {
-		err = fmt.Errorf("certprovider: file_watcher: %w", err)
-	}
-	p.state.Store(&providerState{km: km, err: err})
+	p.refresh()
 	go p.run()
 	close(p.started)
 }
@@ -197,64 +225,144 @@ func (p *provider) run() {
 			return
 		case <-t.C:
 		}
-		km, err := p.read()
-		if err != nil {
-			if msg := err.Error(); msg != p.lastErr {
-				p.lastErr = msg
-				if p.state.Load().km != nil {
-					p.warnf("certprovider: file_watcher: re-reading the files failed, keeping the previous certificates: %v", err)
-				}
-			}
-			if p.state.Load().km == nil {
-				p.state.Store(&providerState{err: fmt.Errorf("certprovider: file_watcher: %w", err)})
-			}
-			continue
-		}
-		p.lastErr = ""
-		if km != nil {
-			p.state.Store(&providerState{km: km})
-		}
+		p.refresh()
 	}
 }
 
-// read reads the files. It returns nil, nil when they are unchanged since
-// the last good read. A certificate and key that do not match (a rotation
-// caught half way) are an error, so the previous pair is kept.
-func (p *provider) read() (*KeyMaterial, error) {
-	var cert, key, ca []byte
-	var err error
-	if p.cfg.CertificateFile != "" {
-		if cert, err = os.ReadFile(p.cfg.CertificateFile); err != nil {
-			return nil, fmt.Errorf("certificate_file: %w", err)
-		}
-		if key, err = os.ReadFile(p.cfg.PrivateKeyFile); err != nil {
-			return nil, fmt.Errorf("private_key_file: %w", err)
-		}
+// refresh reads both parts and publishes what changed. A part without a
+// file is read (to record why it is missing) only the first time.
+func (p *provider) refresh() {
+	if p.cfg.CertificateFile != "" || p.identity.Load() == nil {
+		id, err := p.readIdentity()
+		update(&p.identity, id, err, "identity", &p.lastErr[0], p.warnf)
 	}
-	if p.cfg.CACertificateFile != "" {
-		if ca, err = os.ReadFile(p.cfg.CACertificateFile); err != nil {
-			return nil, fmt.Errorf("ca_certificate_file: %w", err)
-		}
+	if p.cfg.CACertificateFile != "" || p.cfg.SPIFFETrustBundleMapFile != "" || p.trust.Load() == nil {
+		tr, err := p.readTrust()
+		update(&p.trust, tr, err, "trust", &p.lastErr[1], p.warnf)
 	}
-	if p.state.Load() != nil && bytes.Equal(cert, p.lastCert) && bytes.Equal(key, p.lastKey) && bytes.Equal(ca, p.lastCA) {
+}
+
+// update publishes the result of reading one part into st: a new value
+// replaces the old; an error is kept only while there never was a value,
+// and is logged (once per distinct error) when an older value stays in
+// use. A nil v with a nil error means "unchanged".
+func update[T any](st *atomic.Pointer[state[T]], v *T, err error, part string, lastErr *string, warnf func(string, ...any)) {
+	cur := st.Load()
+	switch {
+	case err == nil && v != nil:
+		*lastErr = ""
+		st.Store(&state[T]{v: v})
+	case err == nil:
+		*lastErr = ""
+	case cur != nil && cur.v != nil:
+		if msg := err.Error(); msg != *lastErr {
+			*lastErr = msg
+			warnf("certprovider: file_watcher: re-reading the %s files failed, keeping the previous ones: %v", part, err)
+		}
+	default:
+		st.Store(&state[T]{err: fmt.Errorf("certprovider: file_watcher: %w", err)})
+	}
+}
+
+// readIdentity reads certificate_file and private_key_file. It returns nil,
+// nil when they are unchanged since the last good read. A certificate and
+// key that do not match (a rotation caught half way) are an error, so the
+// previous pair is kept.
+func (p *provider) readIdentity() (*Identity, error) {
+	if p.cfg.CertificateFile == "" {
+		return nil, fmt.Errorf("no certificate_file: %w", ErrNotConfigured)
+	}
+	cert, err := os.ReadFile(p.cfg.CertificateFile)
+	if err != nil {
+		return nil, fmt.Errorf("certificate_file: %w", err)
+	}
+	key, err := os.ReadFile(p.cfg.PrivateKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("private_key_file: %w", err)
+	}
+	if p.identity.Load() != nil && bytes.Equal(cert, p.lastCert) && bytes.Equal(key, p.lastKey) {
 		return nil, nil
 	}
-	km := &KeyMaterial{}
-	if cert != nil {
-		pair, err := tls.X509KeyPair(cert, key)
+	pair, err := tls.X509KeyPair(cert, key)
+	if err != nil {
+		return nil, fmt.Errorf("certificate_file %q, private_key_file %q: %w", p.cfg.CertificateFile, p.cfg.PrivateKeyFile, err)
+	}
+	p.lastCert, p.lastKey = cert, key
+	return &Identity{Certs: []tls.Certificate{pair}, NotAfter: pair.Leaf.NotAfter}, nil
+}
+
+// readTrust reads spiffe_trust_bundle_map_file if it is set (gRFC A87:
+// ca_certificate_file is then ignored), else ca_certificate_file. It
+// returns nil, nil when the file is unchanged since the last good read. A
+// file that does not parse (one caught half written, for example) is an
+// error, so the previous trust is kept.
+func (p *provider) readTrust() (*Trust, error) {
+	field, file := "ca_certificate_file", p.cfg.CACertificateFile
+	if p.cfg.SPIFFETrustBundleMapFile != "" {
+		field, file = "spiffe_trust_bundle_map_file", p.cfg.SPIFFETrustBundleMapFile
+	}
+	if file == "" {
+		return nil, fmt.Errorf("neither ca_certificate_file nor spiffe_trust_bundle_map_file: %w", ErrNotConfigured)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+	if p.trust.Load() != nil && bytes.Equal(data, p.lastTrust) {
+		return nil, nil
+	}
+	var tr *Trust
+	if p.cfg.SPIFFETrustBundleMapFile != "" {
+		tr, err = spiffeTrust(data)
+	} else {
+		tr, err = caTrust(data)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s %q: %w", field, file, err)
+	}
+	p.lastTrust = data
+	return tr, nil
+}
+
+// caTrust parses the PEM roots of a ca_certificate_file.
+func caTrust(data []byte) (*Trust, error) {
+	tr := &Trust{Roots: x509.NewCertPool()}
+	for rest := data; ; {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" || len(block.Headers) != 0 {
+			continue
+		}
+		cert, err := x509.ParseCertificate(block.Bytes)
 		if err != nil {
-			return nil, fmt.Errorf("certificate_file %q, private_key_file %q: %w", p.cfg.CertificateFile, p.cfg.PrivateKeyFile, err)
+			continue // as x509.CertPool.AppendCertsFromPEM does
 		}
-		km.Certs = []tls.Certificate{pair}
+		tr.Roots.AddCert(cert)
+		tr.NotAfter = earliest(tr.NotAfter, cert.NotAfter)
 	}
-	if ca != nil {
-		km.Roots = x509.NewCertPool()
-		if !km.Roots.AppendCertsFromPEM(ca) {
-			return nil, fmt.Errorf("ca_certificate_file %q: %w", p.cfg.CACertificateFile, errNoCerts)
-		}
+	if tr.NotAfter.IsZero() {
+		return nil, errNoCerts
 	}
-	p.lastCert, p.lastKey, p.lastCA = cert, key, ca
-	return km, nil
+	return tr, nil
+}
+
+// spiffeTrust parses a SPIFFE trust bundle map.
+func spiffeTrust(data []byte) (*Trust, error) {
+	m, err := ParseBundleMap(data)
+	if err != nil {
+		return nil, err
+	}
+	return &Trust{SPIFFE: m, NotAfter: m.NotAfter()}, nil
+}
+
+// earliest returns the earlier of a and b; a zero a counts as later.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || b.Before(a) {
+		return b
+	}
+	return a
 }
 
 var errNoCerts = errors.New("no PEM certificate found")

@@ -1,6 +1,7 @@
 package certprovider_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -30,14 +31,14 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func serialOf(t *testing.T, h *certprovider.Handle) string {
 	t.Helper()
-	km, err := h.KeyMaterial()
+	id, err := h.Identity()
 	if err != nil {
-		t.Fatalf("KeyMaterial() failed: %v", err)
+		t.Fatalf("Identity() failed: %v", err)
 	}
-	if len(km.Certs) != 1 || km.Certs[0].Leaf == nil {
-		t.Fatalf("KeyMaterial() has %d certificates, want 1 with its leaf", len(km.Certs))
+	if len(id.Certs) != 1 || id.Certs[0].Leaf == nil {
+		t.Fatalf("Identity() has %d certificates, want 1 with its leaf", len(id.Certs))
 	}
-	return km.Certs[0].Leaf.SerialNumber.String()
+	return id.Certs[0].Leaf.SerialNumber.String()
 }
 
 // TestShareAndRelease: one provider per configuration, stopped with the last
@@ -56,15 +57,21 @@ func TestShareAndRelease(t *testing.T) {
 	if got := s.Refs(cfg); got != 2 {
 		t.Errorf("Refs() = %d, want 2", got)
 	}
-	km, err := h1.KeyMaterial()
-	if err != nil || len(km.Certs) != 1 || km.Roots == nil {
-		t.Fatalf("KeyMaterial() = %+v, %v; want a certificate and roots", km, err)
+	id, err := h1.Identity()
+	if err != nil || len(id.Certs) != 1 {
+		t.Fatalf("Identity() = %+v, %v; want a certificate", id, err)
 	}
-	if km2, _ := h2.KeyMaterial(); km2 != km {
+	if tr, err := h1.Trust(); err != nil || tr.Roots == nil || tr.SPIFFE != nil {
+		t.Fatalf("Trust() = %+v, %v; want roots", tr, err)
+	}
+	if id2, _ := h2.Identity(); id2 != id {
 		t.Error("two handles of one configuration see different key material, want one shared provider")
 	}
-	if km, _ := other.KeyMaterial(); len(km.Certs) != 0 || km.Roots == nil {
-		t.Errorf("roots-only provider: %d certificates, roots %v; want none and roots", len(km.Certs), km.Roots)
+	if id, err := other.Identity(); id != nil || !errors.Is(err, certprovider.ErrNotConfigured) {
+		t.Errorf("roots-only provider: Identity() = %+v, %v; want none, ErrNotConfigured", id, err)
+	}
+	if tr, err := other.Trust(); err != nil || tr.Roots == nil {
+		t.Errorf("roots-only provider: Trust() = %+v, %v; want roots", tr, err)
 	}
 	h1.Release()
 	h1.Release() // no effect
@@ -112,12 +119,12 @@ func TestMissingFiles(t *testing.T) {
 	s := certprovider.NewStore(nil)
 	h := s.Get(bootstrap.FileWatcherConfig{CertificateFile: filepath.Join(dir, "cert.pem"), PrivateKeyFile: filepath.Join(dir, "key.pem"), RefreshInterval: refresh})
 	defer h.Release()
-	if _, err := h.KeyMaterial(); err == nil {
-		t.Fatal("KeyMaterial() with missing files succeeded, want an error")
+	if _, err := h.Identity(); err == nil || errors.Is(err, certprovider.ErrNotConfigured) {
+		t.Fatalf("Identity() with missing files = %v, want a read error", err)
 	}
 	leaf := ca.Issue(t, testcerts.LeafOptions{CommonName: "late"})
 	testcerts.WriteFiles(t, dir, leaf, nil)
-	waitFor(t, "the files to be read", func() bool { _, err := h.KeyMaterial(); return err == nil })
+	waitFor(t, "the files to be read", func() bool { _, err := h.Identity(); return err == nil })
 	if got, want := serialOf(t, h), leaf.Cert.SerialNumber.String(); got != want {
 		t.Errorf("serial = %s, want %s", got, want)
 	}

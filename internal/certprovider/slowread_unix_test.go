@@ -44,8 +44,8 @@ func TestGetDoesNotHoldTheStoreDuringIO(t *testing.T) {
 		os.WriteFile(fifo, ca.PEM, 0o600)
 		t.Fatal("Get of another configuration waited for a provider's first read")
 	}
-	if km, err := fast.KeyMaterial(); err != nil || km.Roots == nil {
-		t.Errorf("KeyMaterial() of the other configuration = %+v, %v; want roots", km, err)
+	if tr, err := fast.Trust(); err != nil || tr.Roots == nil {
+		t.Errorf("Trust() of the other configuration = %+v, %v; want roots", tr, err)
 	}
 	fast.Release()
 	if n := s.Running(); n != 1 {
@@ -63,8 +63,8 @@ func TestGetDoesNotHoldTheStoreDuringIO(t *testing.T) {
 	for range 2 {
 		select {
 		case h := <-got:
-			if km, err := h.KeyMaterial(); err != nil || km.Roots == nil {
-				t.Errorf("KeyMaterial() after the slow read = %+v, %v; want roots", km, err)
+			if tr, err := h.Trust(); err != nil || tr.Roots == nil {
+				t.Errorf("Trust() after the slow read = %+v, %v; want roots", tr, err)
 			}
 			defer h.Release()
 		case <-time.After(10 * time.Second):

@@ -97,6 +97,10 @@ type Options struct {
 	// ForgetRequests keeps no copy of the requests received, for a
 	// long-running server (Requests and WaitForRequest then see none).
 	ForgetRequests bool
+	// ServerOptions are added to the options of the gRPC server (after
+	// the server's own), e.g. TLS credentials and an interceptor that
+	// checks the clients' call credentials.
+	ServerOptions []grpc.ServerOption
 }
 
 // Server is an in-process xDS management server. Its methods are
@@ -244,7 +248,7 @@ func (m *Server) forgetStream(id int64) {
 func (m *Server) serve(lis net.Listener) {
 	// WaitForHandlers makes Stop return only once every stream handler
 	// returned, so no goroutine outlives Stop.
-	s := grpc.NewServer(grpc.WaitForHandlers(true))
+	s := grpc.NewServer(append([]grpc.ServerOption{grpc.WaitForHandlers(true)}, m.opts.ServerOptions...)...)
 	discoverypb.RegisterAggregatedDiscoveryServiceServer(s, m.xds)
 	errc := make(chan error, 1)
 	m.mu.Lock()

@@ -162,39 +162,44 @@ func TestConnStateConcurrent(t *testing.T) {
 type retainedA struct{ n int }
 type retainedB struct{ n int }
 
-// TestRetain: a key gives one value while it is held; another key, or
-// another type under the same key, another value; and an unheld value is
-// dropped once collected.
+// TestRetain: a key gives one value while it is held; another key, another
+// type under the same key, or another State, another value; and an unheld
+// value is dropped once collected.
 func TestRetain(t *testing.T) {
+	var s State
 	builds := 0
 	build := func() *retainedA { builds++; return &retainedA{n: builds} }
-	a1 := Retain("TestRetain/a", build)
-	a2 := Retain("TestRetain/a", build)
+	a1 := Retain(&s, "a", build)
+	a2 := Retain(&s, "a", build)
 	if a1 != a2 || builds != 1 {
 		t.Fatalf("Retain of one key twice: %p and %p after %d builds, want one value built once", a1, a2, builds)
 	}
-	if other := Retain("TestRetain/other", build); other == a1 {
+	if other := Retain(&s, "other", build); other == a1 {
 		t.Errorf("Retain of another key returned the same value")
 	}
-	b := Retain("TestRetain/a", func() *retainedB { return &retainedB{} })
-	if b == nil {
+	if b := Retain(&s, "a", func() *retainedB { return &retainedB{} }); b == nil {
 		t.Fatal("Retain of another type returned nil")
 	}
+	var s2 State
+	if elsewhere := Retain(&s2, "a", build); elsewhere == a1 {
+		t.Errorf("Retain in another State returned the same value")
+	}
+	if p1, p2 := Retain(nil, t.Name(), build), Retain(nil, t.Name(), build); p1 != p2 {
+		t.Errorf("Retain in the process-wide State: %p then %p, want one value", p1, p2)
+	}
 	runtime.KeepAlive(a1)
-	runtime.KeepAlive(b)
 
 	// Nothing holds the values any more: once collected, their keys go.
-	before := retainedLen()
 	deadline := time.Now().Add(5 * time.Second)
-	for retainedLen() > before-3 && time.Now().Before(deadline) {
+	for s.len() > 0 && time.Now().Before(deadline) {
 		runtime.GC()
 		time.Sleep(10 * time.Millisecond)
 	}
-	if n := retainedLen(); n > before-3 {
-		t.Errorf("%d keys retained after the values were collected, want at most %d", n, before-3)
+	if n := s.len(); n > 0 {
+		t.Errorf("%d keys retained after the values were collected, want 0", n)
 	}
 	builds = 0
-	if a := Retain("TestRetain/a", build); a.n != 1 || builds != 1 {
+	if a := Retain(&s, "a", build); a.n != 1 || builds != 1 {
 		t.Errorf("Retain after collection: value %d after %d builds, want a new value", a.n, builds)
 	}
 }

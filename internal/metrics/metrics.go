@@ -1,7 +1,9 @@
 // Package metrics records the xDS server's OpenTelemetry metrics: serving
-// state, connections accepted and rejected, drains, RBAC decisions and the
-// RPCs refused by local rate limits, per listener, under the
-// "grpc.xds_server." prefix. (The xDS client records its
+// state, connections accepted and rejected, drains, RBAC decisions, the
+// RPCs refused by local rate limits, and TLS handshakes and certificate
+// expiry per filter chain, per listener, under the "grpc.xds_server." prefix
+// (the handshake count follows gRFC A118's "grpc.server.tls.handshakes").
+// (The xDS client records its
 // own gRFC A78 metrics, in package xdsclient.)
 //
 // Every recorder is nil-safe: a nil *Server, *Listener or *RBAC records
@@ -84,6 +86,7 @@ type Server struct {
 	drains   metric.Int64Counter
 	rbac     metric.Int64Counter
 	limited  metric.Int64Counter
+	tls      *tlsInstruments
 }
 
 // NewServer creates the instruments on mp. A nil mp returns nil, which
@@ -120,6 +123,7 @@ func NewServer(mp metric.MeterProvider) *Server {
 	s.limited, err = m.Int64Counter(LocalRateLimited, metric.WithUnit("{call}"),
 		metric.WithDescription("RPCs a local rate limit HTTP filter found no token for: refused (enforced), or let through where it does not enforce (shadow)."))
 	keep(err)
+	s.tls = newTLSInstruments(m, &errs)
 	if len(errs) > 0 {
 		logger.Errorf("xds: creating metrics: %v", errs)
 	}

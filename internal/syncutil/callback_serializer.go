@@ -8,35 +8,32 @@ import (
 )
 
 // CallbackSerializer runs scheduled callbacks one at a time, in the order they
-// were scheduled, on a single goroutine that it owns. A callback never runs
+// were scheduled, on a goroutine of its own. A callback never runs
 // concurrently with another callback of the same serializer, so state touched
 // only from callbacks needs no lock.
+//
+// The goroutine exists only while callbacks are queued or running: it starts
+// with the first one scheduled and exits when the queue is empty, so an idle
+// serializer costs no goroutine. (Callbacks of one burst run on one
+// goroutine; the next burst may run on another.)
 //
 // All methods are safe for concurrent use, including from inside a callback.
 // The zero value is not usable; create one with NewCallbackSerializer.
 type CallbackSerializer struct {
 	ctx    context.Context    // passed to every callback; cancelled by Close
 	cancel context.CancelFunc // immutable after creation
-	done   chan struct{}      // closed when run returns
-	wake   chan struct{}      // capacity 1; a token means "the queue may be non-empty"
+	done   chan struct{}      // closed once closed and no callback is queued or running
 
-	mu     sync.Mutex
-	closed bool                    // guarded by mu
-	queue  []func(context.Context) // guarded by mu
+	mu      sync.Mutex
+	closed  bool                    // guarded by mu
+	running bool                    // guarded by mu; a goroutine runs callbacks
+	queue   []func(context.Context) // guarded by mu
 }
 
-// NewCallbackSerializer returns a serializer and starts its goroutine. The
-// goroutine exits after Close, once every callback queued before Close ran.
+// NewCallbackSerializer returns an idle serializer.
 func NewCallbackSerializer() *CallbackSerializer {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &CallbackSerializer{
-		ctx:    ctx,
-		cancel: cancel,
-		done:   make(chan struct{}),
-		wake:   make(chan struct{}, 1),
-	}
-	go s.run()
-	return s
+	return &CallbackSerializer{ctx: ctx, cancel: cancel, done: make(chan struct{})}
 }
 
 // TrySchedule queues f to run after every callback queued before it. It never
@@ -53,8 +50,35 @@ func (s *CallbackSerializer) TrySchedule(f func(ctx context.Context)) bool {
 		return false
 	}
 	s.queue = append(s.queue, f)
+	start := !s.running
+	s.running = true
 	s.mu.Unlock()
-	s.signal()
+	if start {
+		go s.run()
+	}
+	return true
+}
+
+// RunOrSchedule is TrySchedule for a caller that may block for as long as
+// the callbacks take: when the serializer is idle, it runs f on the calling
+// goroutine, and then every callback queued meanwhile, before it returns;
+// otherwise it queues f. Order and mutual exclusion are as with
+// TrySchedule. It saves starting a goroutine (and growing its stack) for
+// work the caller waits for anyway.
+func (s *CallbackSerializer) RunOrSchedule(f func(ctx context.Context)) bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	s.queue = append(s.queue, f)
+	if s.running {
+		s.mu.Unlock()
+		return true
+	}
+	s.running = true
+	s.mu.Unlock()
+	s.run()
 	return true
 }
 
@@ -68,10 +92,10 @@ func (s *CallbackSerializer) ScheduleOr(f func(ctx context.Context), onFailure f
 }
 
 // Close stops accepting callbacks and cancels the context handed to
-// callbacks. Callbacks queued before Close still run, in order, and then the
-// goroutine exits; Done is closed at that point. Close does not wait for that
-// (it may be called from inside a callback); wait on Done to know the
-// goroutine is gone. Calling Close more than once is harmless.
+// callbacks. Callbacks queued before Close still run, in order; Done is
+// closed after the last. Close does not wait for them (it may be called from
+// inside a callback); wait on Done for that. Calling Close more than once is
+// harmless.
 func (s *CallbackSerializer) Close() {
 	s.mu.Lock()
 	if s.closed {
@@ -79,55 +103,49 @@ func (s *CallbackSerializer) Close() {
 		return
 	}
 	s.closed = true
+	idle := !s.running
 	s.mu.Unlock()
 	s.cancel()
-	s.signal()
+	if idle {
+		close(s.done)
+	}
 }
 
-// Done returns a channel that is closed when the serializer's goroutine has
-// exited, that is after Close was called and every queued callback returned.
+// Done returns a channel that is closed once Close was called and every
+// callback queued before it has returned: no goroutine of the serializer is
+// left.
 func (s *CallbackSerializer) Done() <-chan struct{} {
 	return s.done
 }
 
-// signal leaves a wake-up token for run unless one is already pending.
-func (s *CallbackSerializer) signal() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-// run is the serializer's goroutine.
+// run runs queued callbacks until the queue is empty.
 func (s *CallbackSerializer) run() {
-	defer close(s.done)
 	for {
-		<-s.wake
-		for {
-			f, closed, ok := s.next()
-			if !ok {
-				if closed {
-					return
-				}
-				break
-			}
-			f(s.ctx)
+		f := s.next()
+		if f == nil {
+			return
 		}
+		f(s.ctx)
 	}
 }
 
-// next pops the oldest queued callback. ok is false when the queue is empty;
-// closed then tells whether no more callbacks can ever be queued.
-func (s *CallbackSerializer) next() (f func(context.Context), closed, ok bool) {
+// next pops the oldest queued callback. When there is none it marks the
+// goroutine gone (closing done if the serializer is closed) and returns
+// nil.
+func (s *CallbackSerializer) next() func(context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.queue) == 0 {
 		// Let the backing array go once drained, so a burst does not pin memory.
 		s.queue = nil
-		return nil, s.closed, false
+		s.running = false
+		if s.closed {
+			close(s.done)
+		}
+		return nil
 	}
-	f = s.queue[0]
+	f := s.queue[0]
 	s.queue[0] = nil
 	s.queue = s.queue[1:]
-	return f, s.closed, true
+	return f
 }

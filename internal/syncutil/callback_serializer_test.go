@@ -2,6 +2,7 @@ package syncutil
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -285,4 +286,71 @@ func BenchmarkCallbackSerializer(b *testing.B) {
 		s.TrySchedule(f)
 	}
 	wg.Wait()
+}
+
+// TestCallbackSerializer_NoGoroutineWhenIdle: the serializer's goroutine
+// exists only while callbacks are queued or running.
+func TestCallbackSerializer_NoGoroutineWhenIdle(t *testing.T) {
+	before := runtime.NumGoroutine()
+	s := NewCallbackSerializer()
+	if n := runtime.NumGoroutine(); n != before {
+		t.Errorf("a new serializer added %d goroutine(s), want none", n-before)
+	}
+	release := make(chan struct{})
+	ran := make(chan struct{})
+	s.TrySchedule(func(context.Context) { <-release })
+	s.TrySchedule(func(context.Context) { close(ran) })
+	if n := runtime.NumGoroutine(); n != before+1 {
+		t.Errorf("a serializer with work has %d goroutine(s), want 1", n-before)
+	}
+	close(release)
+	<-ran
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() != before {
+		if time.Now().After(deadline) {
+			t.Fatalf("an idle serializer still has %d goroutine(s)", runtime.NumGoroutine()-before)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	s.Close()
+	select {
+	case <-s.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done not closed after Close of an idle serializer")
+	}
+}
+
+// TestCallbackSerializer_RunOrSchedule: on an idle serializer the callback
+// runs on the caller's goroutine, followed by what was queued meanwhile; on
+// a busy one it is queued behind the running callback, in order.
+func TestCallbackSerializer_RunOrSchedule(t *testing.T) {
+	s := NewCallbackSerializer()
+	defer func() { s.Close(); <-s.Done() }()
+	var order []int
+	caller := make(chan struct{})
+	ran := s.RunOrSchedule(func(context.Context) {
+		order = append(order, 1)
+		// Queued while this runs: the caller runs it before returning.
+		s.TrySchedule(func(context.Context) { order = append(order, 2); close(caller) })
+	})
+	select {
+	case <-caller:
+	default:
+		t.Fatal("RunOrSchedule on an idle serializer returned before the callbacks it ran and queued")
+	}
+	if !ran || len(order) != 2 || order[0] != 1 || order[1] != 2 {
+		t.Fatalf("RunOrSchedule = %v, order %v; want true and [1 2]", ran, order)
+	}
+
+	release, busy := make(chan struct{}), make(chan struct{})
+	got := make(chan int, 2)
+	s.TrySchedule(func(context.Context) { close(busy); <-release; got <- 1 })
+	<-busy
+	if !s.RunOrSchedule(func(context.Context) { got <- 2 }) {
+		t.Fatal("RunOrSchedule on an open serializer returned false")
+	}
+	close(release)
+	if a, b := <-got, <-got; a != 1 || b != 2 {
+		t.Errorf("callbacks ran in order %d, %d; want 1, 2", a, b)
+	}
 }

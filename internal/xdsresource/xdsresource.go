@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"fmt"
 
-	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -56,11 +55,20 @@ type Listener struct {
 	raw *anypb.Any
 }
 
+// Raw returns the resource exactly as received. It must not be modified.
+func (l *Listener) Raw() *anypb.Any { return l.raw }
+
 // Equal reports whether o is a Listener with the same contents, so an
 // identical re-send reaches no watcher.
+//
+// Two Listeners are equal when their bytes are, or when they compile to
+// tables that serve every connection the same way (filterchain.Table.Equal,
+// which compares chain content digests): a control plane that re-sends an
+// unchanged Listener with fields in another order, or with fields a server
+// does not use changed, does not make the server re-apply it.
 func (l *Listener) Equal(o xdsclient.ResourceData) bool {
 	ol, ok := o.(*Listener)
-	return ok && sameResource(l.raw, ol.raw, func() proto.Message { return &listenerpb.Listener{} })
+	return ok && (bytes.Equal(l.raw.GetValue(), ol.raw.GetValue()) || l.Table.Equal(ol.Table))
 }
 
 // RouteConfig is a decoded, validated RouteConfiguration. Immutable.
@@ -92,20 +100,29 @@ func sameResource(a, b *anypb.Any, newMsg func() proto.Message) bool {
 	return proto.Equal(ma, mb)
 }
 
+// decodeListener decodes and validates a Listener. The filter chains whose
+// bytes are the same as in the previous version of the Listener (the
+// client's DecodeInput.Previous) are reused as compiled then, not decoded
+// again.
 func decodeListener(in xdsclient.DecodeInput) (string, xdsclient.ResourceData, error) {
-	lis := &listenerpb.Listener{}
-	if err := proto.Unmarshal(in.Resource.GetValue(), lis); err != nil {
+	raw, err := filterchain.Split(in.Resource.GetValue())
+	if err != nil {
 		return "", nil, fmt.Errorf("xdsresource: malformed Listener: %w", err)
 	}
-	name := lis.GetName()
-	if lis.GetApiListener() != nil {
+	name := raw.Listener.GetName()
+	if raw.Listener.GetApiListener() != nil {
 		// gRFC A36: a server's Listener is a TCP listener; an API listener
 		// is a client's.
 		return name, nil, fmt.Errorf("xdsresource: Listener %q is an API listener (a client's), not a TCP listener for a server", name)
 	}
-	table, err := filterchain.Compile(lis, filterchain.Options{
+	var prev *filterchain.Table
+	if p, ok := in.Previous.(*Listener); ok {
+		prev = p.Table
+	}
+	table, err := filterchain.CompileRaw(raw, filterchain.Options{
 		Filters:               httpfilter.NewParser(builtin.Registry),
 		CertProviderInstances: certProviderInstances(in.Bootstrap),
+		Previous:              prev,
 	})
 	if err != nil {
 		return name, nil, err

@@ -215,33 +215,39 @@ func TestRouteConfigACKAndNACK(t *testing.T) {
 	}
 }
 
-// TestListenerEqual: semantically identical Listeners are Equal even when
-// their bytes differ (unknown-field order, defaults written out); different
-// ones are not.
+// TestListenerEqual: Listeners that serve every connection the same way
+// are Equal even when their bytes differ (a default written out, a field a
+// server does not use); a different address, chain content or chain name is
+// a change.
 func TestListenerEqual(t *testing.T) {
 	a := e2e.DefaultServerListener("127.0.0.1", 1, "r")
 	aBytes, err := proto.Marshal(a)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The same message with an explicit default field appended: other bytes,
-	// same meaning.
+	// Other bytes, same effect: an explicit default, a stat prefix.
 	b := proto.Clone(a).(*listenerpb.Listener)
 	b.UseOriginalDst = wrapperspb.Bool(false)
-	c := proto.Clone(a).(*listenerpb.Listener)
-	c.Address.GetSocketAddress().Address = "127.0.0.2"
+	b.StatPrefix = "stats"
+	otherAddr := proto.Clone(a).(*listenerpb.Listener)
+	otherAddr.Address.GetSocketAddress().Address = "127.0.0.2"
+	otherRoute := e2e.DefaultServerListener("127.0.0.1", 1, "r2")
+	otherName := proto.Clone(a).(*listenerpb.Listener)
+	otherName.FilterChains[0].Name = "renamed"
 
 	da := decodeBytes(t, aBytes)
 	if !da.Equal(decodeBytes(t, aBytes)) {
 		t.Error("the same bytes decoded twice are not Equal")
 	}
-	if da.Equal(decode(t, b)) {
-		t.Error("a Listener with use_original_dst=false set is Equal to one without it; proto.Equal says they differ")
+	if !da.Equal(decode(t, b)) {
+		t.Error("a Listener with only a default written out and a stat prefix added is not Equal")
 	}
-	if da.Equal(decode(t, c)) {
-		t.Error("Listeners with different addresses are Equal")
+	for desc, l := range map[string]*listenerpb.Listener{"another address": otherAddr, "another RDS name": otherRoute, "a renamed chain": otherName} {
+		if da.Equal(decode(t, l)) {
+			t.Errorf("a Listener with %s is Equal", desc)
+		}
 	}
-	if !decode(t, c).Equal(decode(t, proto.Clone(c).(*listenerpb.Listener))) {
+	if !decode(t, otherAddr).Equal(decode(t, proto.Clone(otherAddr).(*listenerpb.Listener))) {
 		t.Error("a Listener is not Equal to its clone")
 	}
 }

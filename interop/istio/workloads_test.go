@@ -100,6 +100,7 @@ func peerIdentity(p *peer.Peer) (id, security string) {
 // xDS server credentials and the bootstrap istio-agent writes for the echo
 // pod, serving echoService on the echo pod's IP.
 type echoServer struct {
+	srv   *xds.GRPCServer
 	addr  string // host:port of the listener
 	modes *modeRecorder
 	lis   *countingListener
@@ -121,19 +122,20 @@ func (l *countingListener) Accept() (net.Conn, error) {
 	return c, err
 }
 
-// startEcho starts the echo server on m.echoLis and waits until it serves.
-func (m *mesh) startEcho(t *testing.T) *echoServer {
+// startEcho starts the echo server on m.echoLis, with opts, and waits until
+// it serves.
+func (m *mesh) startEcho(t *testing.T, opts ...grpc.ServerOption) *echoServer {
 	t.Helper()
 	creds, err := xds.NewServerCredentials(xds.ServerOptions{FallbackCreds: insecure.NewCredentials()})
 	if err != nil {
 		t.Fatalf("xds.NewServerCredentials: %v", err)
 	}
 	modes := &modeRecorder{changed: make(chan struct{}, 1)}
-	s, err := xds.NewGRPCServer(
+	s, err := xds.NewGRPCServer(append([]grpc.ServerOption{
 		grpc.Creds(creds),
 		xds.BootstrapContents(m.bootstrap(t, echoPod, m.workloadCerts(t, echoPod))),
 		xds.ServingModeCallback(modes.record),
-	)
+	}, opts...)...)
 	if err != nil {
 		t.Fatalf("xds.NewGRPCServer with istio-agent's bootstrap: %v", err)
 	}
@@ -147,7 +149,7 @@ func (m *mesh) startEcho(t *testing.T) *echoServer {
 			t.Errorf("Serve returned %v after Stop, want nil", err)
 		}
 	})
-	es := &echoServer{addr: m.echoLis.Addr().String(), modes: modes, lis: lis}
+	es := &echoServer{srv: s, addr: m.echoLis.Addr().String(), modes: modes, lis: lis}
 	es.awaitMode(t, connectivity.ServingModeServing)
 	return es
 }

@@ -7,9 +7,9 @@
 //
 // The per-RPC path takes one clock reading and one compare-and-swap on the
 // bucket, with no lock and no allocation for an RPC it lets through. A
-// bucket lives in the process-wide store of filter state (httpfilter.Retain),
-// keyed by the filter instance and the bucket's config, so configuration
-// updates that leave those unchanged keep its tokens.
+// bucket lives in its Listener's filter state (httpfilter.State), keyed by
+// the filter instance and the bucket's config, so configuration updates
+// that leave those unchanged keep its tokens.
 package localratelimit
 
 import (

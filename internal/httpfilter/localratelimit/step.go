@@ -21,8 +21,9 @@ type Counter interface {
 }
 
 // limiter is the state of one bucket config of one filter instance, kept
-// across configuration updates by httpfilter.Retain: the bucket, or for
-// per-connection limits the key of each connection's bucket.
+// across configuration updates in the Listener's httpfilter.State: the
+// bucket, or for per-connection limits the key of each connection's
+// bucket.
 type limiter struct {
 	// shared is the bucket of every RPC; with per-connection buckets, of
 	// the RPCs of a connection without a ConnState (the server always gives
@@ -43,11 +44,18 @@ func newLimiter(c *Config) *limiter {
 	}
 }
 
-// BuildStep implements httpfilter.Filter: a per-route config replaces the
-// filter's config. A config without a bucket, or enabled for no RPC, has
-// no step. The bucket comes from the process-wide filter state, under the
-// filter instance's name and the config's bucket key.
-func (Filter) BuildStep(instance string, config, override httpfilter.Config) (httpfilter.Step, error) {
+// BuildStep implements httpfilter.Filter, with the process-wide State; the
+// server calls BuildStatefulStep.
+func (f Filter) BuildStep(instance string, config, override httpfilter.Config) (httpfilter.Step, error) {
+	return f.BuildStatefulStep(nil, instance, config, override)
+}
+
+// BuildStatefulStep implements httpfilter.StatefulFilter: a per-route config
+// replaces the filter's config. A config without a bucket, or enabled for
+// no RPC, has no step. The bucket is kept in state (the Listener's) under
+// the filter instance's name and the config's bucket key, so the steps
+// built for an update that leaves those unchanged share it.
+func (Filter) BuildStatefulStep(state *httpfilter.State, instance string, config, override httpfilter.Config) (httpfilter.Step, error) {
 	c, ok := config.(*Config)
 	if override != nil {
 		c, ok = override.(*Config)
@@ -60,7 +68,7 @@ func (Filter) BuildStep(instance string, config, override httpfilter.Config) (ht
 	}
 	s := &Step{
 		cfg: c,
-		lim: httpfilter.Retain(instance+"|"+c.key, func() *limiter { return newLimiter(c) }),
+		lim: httpfilter.Retain(state, instance+"|"+c.key, func() *limiter { return newLimiter(c) }),
 	}
 	if c.trailers != nil || c.retryAfter {
 		s.refuse = &refusal{err: c.err, trailers: c.trailers}

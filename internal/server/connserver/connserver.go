@@ -92,6 +92,7 @@ func (g *Group) NewChainServer(fc *filterchain.FilterChain, routes *rpcpath.Sour
 		g:      g,
 		chain:  fc,
 		sec:    sec,
+		routes: routes,
 		onGone: onGone,
 		conns:  make(map[*Conn]struct{}),
 	}
@@ -194,6 +195,7 @@ type ChainServer struct {
 	g        *Group
 	chain    *filterchain.FilterChain
 	sec      *security.Chain     // nil without TLS; released when the chain server is gone
+	routes   *rpcpath.Source     // what the chain's RPCs route with
 	onGone   func()              // called once by removeServer
 	rpc      *rpcpath.Chain      // what the chain's HTTP filters need of its servers
 	grpcOpts []grpc.ServerOption // the user's options, with the chain's interceptors and tap handle (rpc.ServerOptions)
@@ -210,6 +212,9 @@ type ChainServer struct {
 
 // Chain returns the filter chain.
 func (cs *ChainServer) Chain() *filterchain.FilterChain { return cs.chain }
+
+// Routes returns where the chain's RPCs find their routes.
+func (cs *ChainServer) Routes() *rpcpath.Source { return cs.routes }
 
 // NewServer returns a grpc.Server for one connection of the chain: the
 // user's options, the chain's tap handle (the connection's own when the
@@ -265,6 +270,11 @@ type Stats struct {
 	// Live are the connections in service; Draining those sent, or about
 	// to be sent, a GOAWAY.
 	Live, Draining int
+	// DrainDeadline is when the last draining connection that was sent its
+	// GOAWAY will be closed at the latest (the GOAWAY plus the drain grace
+	// time); zero when none has a deadline yet (GOAWAYs delayed by jitter,
+	// or a graceful stop, which has none).
+	DrainDeadline time.Time
 	// Retired reports that the chain left service.
 	Retired bool
 }
@@ -277,6 +287,9 @@ func (cs *ChainServer) Stats() Stats {
 	for c := range cs.conns {
 		if c.draining {
 			st.Draining++
+			if c.deadline.After(st.DrainDeadline) {
+				st.DrainDeadline = c.deadline
+			}
 		} else {
 			st.Live++
 		}
@@ -384,7 +397,8 @@ type Conn struct {
 	started chan struct{} // closed once gRPC serves the conn, or it closed
 	// startOnce closes started.
 	startOnce sync.Once
-	draining  bool // guarded by cs.mu
+	draining  bool      // guarded by cs.mu
+	deadline  time.Time // guarded by cs.mu; when a drain with a deadline closes it
 }
 
 var _ security.Conn = (*Conn)(nil)
@@ -428,6 +442,9 @@ func (c *Conn) drain(delay time.Duration, deadline bool) {
 		c.srv.GracefulStop()
 		return
 	}
+	c.cs.mu.Lock()
+	c.deadline = time.Now().Add(g.opts.DrainGrace)
+	c.cs.mu.Unlock()
 	stopped := make(chan struct{})
 	t := time.AfterFunc(g.opts.DrainGrace, func() {
 		g.opts.Log.Infof("drain grace time (%v) over: closing connection %v of filter chain %q", g.opts.DrainGrace, c.Source(), c.cs.chain.Name)

@@ -31,6 +31,7 @@ import (
 	"github.com/proxyless-grpc/xds/internal/server/rpcpath"
 	"github.com/proxyless-grpc/xds/internal/server/security"
 	"github.com/proxyless-grpc/xds/internal/server/serverlog"
+	"github.com/proxyless-grpc/xds/internal/server/status"
 	"github.com/proxyless-grpc/xds/internal/syncutil"
 	"github.com/proxyless-grpc/xds/internal/xdsresource"
 	"github.com/proxyless-grpc/xds/xdsclient"
@@ -50,6 +51,10 @@ type Params struct {
 	// listener's serializer and never under a lock; nil logs transitions at
 	// warning level instead.
 	ModeCallback func(addr net.Addr, mode connectivity.ServingMode, err error)
+	// ModeObserver, when not nil, is told of every serving-mode transition
+	// too, before ModeCallback and whether or not there is one (the server's
+	// readiness report); same calling rules.
+	ModeObserver func(mode connectivity.ServingMode)
 	// Conns configures the per-connection servers (its Log is set by New).
 	Conns connserver.Options
 	// Metrics records the listener's metrics; nil records none.
@@ -60,6 +65,7 @@ type Params struct {
 // the chain server of each of its filter chains. Immutable, except for the
 // log-once flag.
 type active struct {
+	res     *xdsresource.Listener // what table was compiled from
 	table   *filterchain.Table
 	servers map[*filterchain.FilterChain]*connserver.ChainServer
 	// loggedNoChain is set by the first connection that matched no chain,
@@ -80,9 +86,14 @@ type Listener struct {
 	rds       *rds.Handler // only used on the serializer
 	conns     *connserver.Group
 	hsLog     *security.HandshakeLog
+	obs       *rpcpath.Observers // count the RBAC filters' decisions
 	cancelLDS func()
 	closing   *syncutil.Event // fired when Close starts; the accept loop then exits quietly
 	serveDone chan struct{}   // closed when the accept loop has returned
+
+	// modeNow is the serving mode for the status page: set with mode, read
+	// anywhere.
+	modeNow atomic.Pointer[modeState]
 
 	// cur is what the accept path serves with; nil when not serving.
 	// Stored only under connMu, on the serializer or in Close.
@@ -116,15 +127,16 @@ func New(p Params) *Listener {
 		serveDone: make(chan struct{}),
 		mode:      connectivity.ServingModeStarting,
 	}
-	l.hsLog = security.NewHandshakeLog(l.log)
+	l.hsLog = security.NewHandshakeLog(l.log, p.Metrics)
+	l.obs = &rpcpath.Observers{Metrics: p.Metrics, Decisions: &rpcpath.Decisions{}}
 	p.Conns.Log = l.log
 	l.conns = connserver.NewGroup(p.Conns)
 	l.rds = rds.New(rds.Params{
-		Client:   p.Client,
-		Schedule: l.schedule,
-		OnAnswer: l.maybeApply,
-		Metrics:  p.Metrics,
-		Log:      l.log,
+		Client:    p.Client,
+		Schedule:  l.schedule,
+		OnAnswer:  l.maybeApply,
+		Observers: l.obs,
+		Log:       l.log,
 	})
 	l.log.Infof("watching Listener %q", p.Name)
 	l.cancelLDS = xdsclient.Watch[*xdsresource.Listener](p.Client, xdsresource.ListenerType, p.Name, &ldsWatcher{l: l})
@@ -221,7 +233,7 @@ func (l *Listener) maybeApply() {
 // Only called on the serializer.
 func (l *Listener) apply(r *xdsresource.Listener) {
 	chains := r.Table.Chains()
-	cfg := &active{table: r.Table, servers: make(map[*filterchain.FilterChain]*connserver.ChainServer, len(chains))}
+	cfg := &active{res: r, table: r.Table, servers: make(map[*filterchain.FilterChain]*connserver.ChainServer, len(chains))}
 	// The new chain servers are built before connMu is taken: which old
 	// ones to keep depends only on chain IDs, and only the serializer
 	// changes cur.
@@ -276,7 +288,9 @@ func (l *Listener) apply(r *xdsresource.Listener) {
 	l.applied = r
 	l.rds.Retain(l.applied, l.pending)
 	l.logInlineRouteErrors(r)
-	l.log.Infof("applied Listener %q: %d filter chain(s), %d kept, %d new, %d kept chain(s) with rerouted connections", l.p.Name, len(cfg.servers), len(kept), created, len(rerouted))
+	if l.log.V(2) {
+		l.log.Infof("applied Listener %q: %d filter chain(s), %d kept, %d new, %d kept chain(s) with rerouted connections", l.p.Name, len(cfg.servers), len(kept), created, len(rerouted))
+	}
 	if ignored := r.Table.Ignored(); len(ignored) > 0 && l.log.V(2) {
 		// Accepted fields without effect (gRFC A29's ignored fields,
 		// deprecated duplicates): worth knowing when debugging, not a
@@ -296,7 +310,7 @@ func (l *Listener) newChainServer(fc *filterchain.FilterChain, inline map[*filte
 	if fc.HCM.RDSName != "" {
 		src, release = l.rds.Source(fc.HCM)
 	} else if src = inline[fc.HCM]; src == nil {
-		src = rpcpath.NewSource(rpcpath.NewRoutes(fc.HCM.Routes, fc.HCM, l.p.Metrics))
+		src = rpcpath.NewSource(rpcpath.NewRoutes(fc.HCM.Routes, fc.HCM, l.obs))
 		inline[fc.HCM] = src
 	}
 	sec := security.NewChain(fc, l.p.Client.BootstrapConfig().CertProviders, l.hsLog)
@@ -340,24 +354,76 @@ func (l *Listener) setMode(mode connectivity.ServingMode, err error) {
 	}
 	was := l.mode
 	l.mode = mode
+	l.modeNow.Store(&modeState{mode: mode, err: err, since: time.Now()})
 	switch {
 	case mode == connectivity.ServingModeServing:
 		l.p.Metrics.ServingChanged(1)
 	case was == connectivity.ServingModeServing:
 		l.p.Metrics.ServingChanged(-1)
 	}
-	cb := l.p.ModeCallback
-	logf := l.log.Warningf
-	if cb != nil {
-		logf = l.log.Infof
+	if obs := l.p.ModeObserver; obs != nil {
+		obs(mode)
 	}
+	cb := l.p.ModeCallback
+	switch {
+	case cb != nil:
+		// The callback is the user's log of transitions; the server's own
+		// lines are for debugging (formatting them costs a push).
+		if l.log.V(2) {
+			l.logMode(l.log.Infof, mode, err)
+		}
+		cb(l.p.Lis.Addr(), mode, err)
+	default:
+		l.logMode(l.log.Warningf, mode, err)
+	}
+}
+
+// modeState is a serving mode, why and since when.
+type modeState struct {
+	mode  connectivity.ServingMode
+	err   error
+	since time.Time
+}
+
+// Status returns the listener's status now, for people to read: its mode,
+// the Listener it serves with, and the connections of every chain server.
+// Safe to call from any goroutine.
+func (l *Listener) Status() status.Listener {
+	st := status.Listener{Addr: l.p.Lis.Addr(), Name: l.p.Name, Mode: connectivity.ServingModeStarting, RBAC: l.obs.Decisions.Counts()}
+	if m := l.modeNow.Load(); m != nil {
+		st.Mode, st.Err, st.Since = m.mode, m.err, m.since
+	}
+	cfg := l.cur.Load()
+	inService := make(map[*connserver.ChainServer]bool)
+	if cfg != nil {
+		st.Applied = cfg.res.Raw()
+		for _, fc := range cfg.table.Chains() {
+			cs := cfg.servers[fc]
+			inService[cs] = true
+			st.Chains = append(st.Chains, chainStatus(fc, cs))
+		}
+	}
+	for _, cs := range l.conns.ChainServers() {
+		if inService[cs] {
+			continue
+		}
+		if c := chainStatus(cs.Chain(), cs); c.Conns.Live+c.Conns.Draining > 0 {
+			st.Retired = append(st.Retired, c)
+		}
+	}
+	return st
+}
+
+func chainStatus(fc *filterchain.FilterChain, cs *connserver.ChainServer) status.Chain {
+	return status.Chain{Chain: fc, Routes: cs.Routes().Load(), Conns: cs.Stats()}
+}
+
+// logMode logs a serving-mode transition with logf.
+func (l *Listener) logMode(logf func(string, ...any), mode connectivity.ServingMode, err error) {
 	if mode == connectivity.ServingModeServing {
 		logf("serving (Listener %q)", l.p.Name)
 	} else {
 		logf("not serving (Listener %q): %v", l.p.Name, err)
-	}
-	if cb != nil {
-		cb(l.p.Lis.Addr(), mode, err)
 	}
 }
 

@@ -18,7 +18,6 @@ import (
 	"fmt"
 
 	"github.com/proxyless-grpc/xds/filterchain"
-	"github.com/proxyless-grpc/xds/internal/metrics"
 	"github.com/proxyless-grpc/xds/internal/routing"
 	"github.com/proxyless-grpc/xds/internal/server/rpcpath"
 	"github.com/proxyless-grpc/xds/internal/server/serverlog"
@@ -38,9 +37,9 @@ type Params struct {
 	// RouteConfiguration got an answer: a Listener waiting for it may now be
 	// ready.
 	OnAnswer func()
-	// Metrics counts the RBAC decisions of the routes' filter steps; may be
-	// nil.
-	Metrics *metrics.Listener
+	// Observers count the RBAC decisions of the routes' filter steps; may
+	// be nil.
+	Observers *rpcpath.Observers
 	// Log is the listener's logger.
 	Log *serverlog.Logger
 }
@@ -160,7 +159,7 @@ func (h *Handler) Source(hcm *filterchain.HTTPConnectionManager) (*rpcpath.Sourc
 func (h *Handler) routes(w *watch, hcm *filterchain.HTTPConnectionManager) *rpcpath.Routes {
 	switch {
 	case w.router != nil:
-		return rpcpath.NewRoutes(w.router, hcm, h.p.Metrics)
+		return rpcpath.NewRoutes(w.router, hcm, h.p.Observers)
 	case w.err != nil:
 		return rpcpath.Unavailable(w.err)
 	}

@@ -186,3 +186,29 @@ func BenchmarkTapRateLimit(b *testing.B) {
 		})
 	}
 }
+
+// TestRoutesStatePerListener: each listener (its Observers) keeps its own
+// buckets; routes of one listener built again share them.
+func TestRoutesStatePerListener(t *testing.T) {
+	name := t.Name()
+	build := func(obs *rpcpath.Observers) tap.ServerInHandle {
+		hcm, p := hcmWith(t, name, rateLimit("p", 1, false))
+		r, err := routing.Compile(e2e.DefaultRouteConfig("rc"), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rpcpath.ConnTap(rpcpath.NewChain("fc", hcm, rpcpath.NewSource(rpcpath.NewRoutes(r, hcm, obs))))
+	}
+	l1, l2 := &rpcpath.Observers{}, &rpcpath.Observers{}
+	first := build(l1)
+	if got := codesOf(first, 2, "/pkg.S/M"); got[0] != codes.OK || got[1] != codes.Unavailable {
+		t.Fatalf("listener 1: %v, want OK then UNAVAILABLE", got)
+	}
+	if got := codesOf(build(l1), 1, "/pkg.S/M"); got[0] != codes.Unavailable {
+		t.Errorf("listener 1, routes built again: %v, want UNAVAILABLE (the same bucket)", got)
+	}
+	if got := codesOf(build(l2), 1, "/pkg.S/M"); got[0] != codes.OK {
+		t.Errorf("listener 2: %v, want OK (a bucket of its own)", got)
+	}
+	runtime.KeepAlive(first)
+}

@@ -3,6 +3,10 @@ package rpcpath
 import (
 	"context"
 	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,15 +26,16 @@ import (
 // Filters that are disabled on a route, or have nothing to do there, are
 // left out. Identical (instance, config, override) triples share one step,
 // and routes with the same steps share one slice. A step that fails to build
-// fails its route's RPCs with UNAVAILABLE: fail closed, never open. m, if not
-// nil, counts the RBAC filters' decisions and the RPCs the local rate limit
-// filters refuse (or, not enforcing, would refuse).
+// fails its route's RPCs with UNAVAILABLE: fail closed, never open. obs, if
+// not nil, counts the RBAC filters' decisions and the RPCs the local rate
+// limit filters refuse (or, not enforcing, would refuse).
 //
-// Steps that keep state across updates (token buckets) find it in the
-// process-wide filter state (httpfilter.Retain), under their filter
-// instance's name and config: routes built again for an unchanged config
-// share the state of the routes they replace.
-func NewRoutes(router *routing.Router, hcm *filterchain.HTTPConnectionManager, m *metrics.Listener) *Routes {
+// Steps that keep state across updates (token buckets) find it in obs's
+// filter state, the Listener's (the process-wide one without obs), under
+// their filter instance's name and config: routes built again for an
+// unchanged config, for a Listener or an RDS update, share the state of the
+// routes they replace.
+func NewRoutes(router *routing.Router, hcm *filterchain.HTTPConnectionManager, obs *Observers) *Routes {
 	rt := &Routes{router: router}
 	routes := router.Routes()
 	memo := make(map[stepKey]httpfilter.Step)
@@ -42,7 +47,7 @@ func NewRoutes(router *routing.Router, hcm *filterchain.HTTPConnectionManager, m
 			if !in.Active(override) {
 				continue
 			}
-			if s := buildStep(memo, in, override, m); s != nil {
+			if s := buildStep(memo, in, override, obs); s != nil {
 				steps = append(steps, s)
 			}
 		}
@@ -66,7 +71,7 @@ type stepKey struct {
 	config, override httpfilter.Config
 }
 
-func buildStep(memo map[stepKey]httpfilter.Step, in httpfilter.Instance, override httpfilter.Config, m *metrics.Listener) httpfilter.Step {
+func buildStep(memo map[stepKey]httpfilter.Step, in httpfilter.Instance, override httpfilter.Config, obs *Observers) httpfilter.Step {
 	key := stepKey{name: in.Name, config: in.Config, override: override}
 	comparable := isComparable(in.Config) && isComparable(override)
 	if comparable {
@@ -74,16 +79,22 @@ func buildStep(memo map[stepKey]httpfilter.Step, in httpfilter.Instance, overrid
 			return s
 		}
 	}
-	s, err := in.Filter.BuildStep(in.Name, in.Config, override)
+	var s httpfilter.Step
+	var err error
+	if sf, ok := in.Filter.(httpfilter.StatefulFilter); ok {
+		s, err = sf.BuildStatefulStep(obs.filterState(), in.Name, in.Config, override)
+	} else {
+		s, err = in.Filter.BuildStep(in.Name, in.Config, override)
+	}
 	if err != nil {
 		s = failStep{err: status.Errorf(codes.Unavailable, "xds: HTTP filter %q: %v", in.Name, err)}
 	}
-	if m != nil {
+	if obs != nil {
 		switch st := s.(type) {
 		case *rbacfilter.Step:
-			s = countedRBACStep{step: st, rec: m.RBAC(in.Name)}
+			s = countedRBACStep{step: st, rec: obs.Metrics.RBAC(in.Name), n: obs.Decisions.of(in.Name)}
 		case *localratelimit.Step:
-			if rec := m.LocalRateLimit(in.Name); rec != nil {
+			if rec := obs.Metrics.LocalRateLimit(in.Name); rec != nil {
 				s = st.WithCounter(rec)
 			}
 		}
@@ -110,20 +121,105 @@ func sameSteps(a, b []httpfilter.Step) bool {
 	return true
 }
 
-// countedRBACStep is an RBAC step whose decisions are counted in the
-// grpc.xds_server.rbac.decisions metric. It is used only when the server has
-// a MeterProvider, so a server without metrics pays nothing for it.
+// Observers count the decisions of a listener's RBAC filters and the RPCs
+// its local rate limit filters refuse, and hold the listener's filter
+// state: one per listener, given to every NewRoutes of its filter chains.
+type Observers struct {
+	// Metrics records the grpc.xds_server.rbac.decisions and
+	// grpc.xds_server.local_rate_limit.limited metrics; nil without a
+	// MeterProvider.
+	Metrics *metrics.Listener
+	// Decisions counts them for the status page; nil counts nothing.
+	Decisions *Decisions
+
+	// state is the listener's filter state (gRFC A83): token buckets kept
+	// across updates. The zero value is ready.
+	state httpfilter.State
+}
+
+// filterState returns the listener's filter state; nil (the process-wide
+// one) for a nil o.
+func (o *Observers) filterState() *httpfilter.State {
+	if o == nil {
+		return nil
+	}
+	return &o.state
+}
+
+// Decisions counts the decisions of RBAC filters by filter instance name,
+// across configuration changes. The zero value is ready; a nil *Decisions
+// counts nothing. Safe for concurrent use; counting takes no lock.
+type Decisions struct {
+	mu     sync.Mutex
+	byName map[string]*decisionCount // guarded by mu
+}
+
+type decisionCount struct {
+	allowed, denied atomic.Uint64
+}
+
+// of returns the counter of the filter instances named name, creating it.
+// Called when routes are built, never per RPC.
+func (d *Decisions) of(name string) *decisionCount {
+	if d == nil {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.byName == nil {
+		d.byName = make(map[string]*decisionCount)
+	}
+	c := d.byName[name]
+	if c == nil {
+		c = &decisionCount{}
+		d.byName[name] = c
+	}
+	return c
+}
+
+// RBACCount is the number of RPCs the RBAC filter instances of one name
+// allowed and denied.
+type RBACCount struct {
+	Filter          string
+	Allowed, Denied uint64
+}
+
+// Counts returns the counts by filter name, sorted by name.
+func (d *Decisions) Counts() []RBACCount {
+	if d == nil {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]RBACCount, 0, len(d.byName))
+	for name, c := range d.byName {
+		out = append(out, RBACCount{Filter: name, Allowed: c.allowed.Load(), Denied: c.denied.Load()})
+	}
+	slices.SortFunc(out, func(a, b RBACCount) int { return strings.Compare(a.Filter, b.Filter) })
+	return out
+}
+
+// countedRBACStep is an RBAC step whose decisions are counted: in the
+// grpc.xds_server.rbac.decisions metric when the server has a MeterProvider
+// (rec not nil), and for the status page (n not nil).
 type countedRBACStep struct {
 	step *rbacfilter.Step
 	rec  *metrics.RBAC
+	n    *decisionCount
 }
 
 func (s countedRBACStep) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, error) {
 	ctx, err := s.step.Run(ctx, rpc)
 	switch {
 	case err == nil:
+		if s.n != nil {
+			s.n.allowed.Add(1)
+		}
 		s.rec.Allowed(ctx)
 	case status.Code(err) == codes.PermissionDenied:
+		if s.n != nil {
+			s.n.denied.Add(1)
+		}
 		s.rec.Denied(ctx)
 	}
 	return ctx, err

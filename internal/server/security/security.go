@@ -1,7 +1,11 @@
 // Package security is the transport security of an xDS server (gRFC A29):
 // transport credentials that give each connection the TLS of its filter
 // chain, and the per-chain state they use, the chain's certificate
-// providers.
+// providers. Client certificates are verified against the roots of the
+// chain's root provider, or, when that provider has a SPIFFE trust bundle
+// map, against the bundle of the trust domain in the certificate's SPIFFE ID
+// (gRFC A87). Every handshake is counted by result, and the expiry of each
+// chain's certificates is reported, in package metrics.
 //
 // The credentials find a connection's chain through the small interface
 // Conn, which the server's connections implement; a connection without one,
@@ -25,6 +29,7 @@ import (
 	"github.com/proxyless-grpc/xds/bootstrap"
 	"github.com/proxyless-grpc/xds/filterchain"
 	"github.com/proxyless-grpc/xds/internal/certprovider"
+	"github.com/proxyless-grpc/xds/internal/metrics"
 	"github.com/proxyless-grpc/xds/internal/server/serverlog"
 )
 
@@ -100,10 +105,12 @@ func ProviderRefs(cfg bootstrap.FileWatcherConfig) int { return store.Refs(cfg) 
 // runs exactly while a chain in service uses it. Safe for concurrent use.
 type Chain struct {
 	// Immutable.
-	name      string
-	sec       *filterchain.Security
-	providers map[string]*bootstrap.CertProviderConfig
-	log       *HandshakeLog
+	name          string
+	sec           *filterchain.Security
+	providers     map[string]*bootstrap.CertProviderConfig
+	log           *HandshakeLog
+	metrics       *metrics.TLSChain // nil records nothing
+	stopObserving func()            // ends the expiry gauges' reports of the chain
 
 	mu       sync.Mutex
 	released bool                 // guarded by mu
@@ -113,12 +120,15 @@ type Chain struct {
 
 // NewChain returns the security of the filter chain fc, or nil when fc has
 // no transport_socket (the fallback credentials apply). providers are the
-// bootstrap's certificate_providers; failed handshakes are logged to log.
+// bootstrap's certificate_providers; failed handshakes are logged to log,
+// and every handshake is counted in the metrics of log's listener.
 func NewChain(fc *filterchain.FilterChain, providers map[string]*bootstrap.CertProviderConfig, log *HandshakeLog) *Chain {
 	if fc.Security == nil {
 		return nil
 	}
-	return &Chain{name: fc.Name, sec: fc.Security, providers: providers, log: log}
+	c := &Chain{name: fc.Name, sec: fc.Security, providers: providers, log: log, metrics: log.metrics.TLSChain(fc.Name)}
+	c.stopObserving = c.metrics.ObserveExpiry(c.expiry)
+	return c
 }
 
 // Release gives the providers back; later handshakes on the chain fail.
@@ -127,6 +137,7 @@ func (c *Chain) Release() {
 	if c == nil {
 		return
 	}
+	c.stopObserving()
 	c.mu.Lock()
 	c.released = true
 	id, roots := c.identity, c.roots
@@ -144,28 +155,59 @@ func (c *Chain) Release() {
 // material. The deadline gRPC set on raw bounds it.
 func (c *Chain) handshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	src := addrPort(raw.RemoteAddr())
-	cfg, err := c.tlsConfig()
+	var v verified
+	cfg, err := c.tlsConfig(&v)
 	if err != nil {
-		c.log.failed(c.name, src, err)
+		c.metrics.Handshake(metrics.TLSUnknownFailure)
+		c.log.failed(c.name, src, metrics.TLSUnknownFailure, err)
 		return nil, nil, fmt.Errorf("xds: TLS handshake with %v on filter chain %q: %w", raw.RemoteAddr(), c.name, err)
 	}
 	conn := tls.Server(raw, cfg)
 	if err := conn.HandshakeContext(context.Background()); err != nil {
+		r := classify(err)
+		c.metrics.Handshake(r)
 		if errors.Is(err, io.EOF) {
 			// The peer closed without a handshake, as TCP health checks
 			// do: not worth a warning each time.
 			c.log.log.Infof("filter chain %q: %v closed the connection before the TLS handshake", c.name, raw.RemoteAddr())
 		} else {
-			c.log.failed(c.name, src, err)
+			c.log.failed(c.name, src, r, err)
 		}
 		return nil, nil, fmt.Errorf("xds: TLS handshake with %v on filter chain %q failed: %w", raw.RemoteAddr(), c.name, err)
 	}
+	c.metrics.Handshake(metrics.TLSOK)
 	state := conn.ConnectionState()
+	id := spiffeID(state)
+	if v.id != nil {
+		// SPIFFE verification (gRFC A87): crypto/tls did not verify the
+		// chain, this package did.
+		id, state.VerifiedChains = v.id, v.chains
+	}
 	return conn, credentials.TLSInfo{
 		State:          state,
-		SPIFFEID:       spiffeID(state),
+		SPIFFEID:       id,
 		CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity},
 	}, nil
+}
+
+// expiry returns when the chain's identity certificate and its earliest
+// root expire; zero for what the chain does not have (yet: the providers
+// are taken by the first handshake). For the expiry gauges.
+func (c *Chain) expiry() (cert, root time.Time) {
+	c.mu.Lock()
+	id, roots := c.identity, c.roots
+	c.mu.Unlock()
+	if id != nil {
+		if v, err := id.Identity(); err == nil {
+			cert = v.NotAfter
+		}
+	}
+	if roots != nil {
+		if v, err := roots.Trust(); err == nil {
+			root = v.NotAfter
+		}
+	}
+	return cert, root
 }
 
 var errReleased = errors.New("the filter chain is no longer in service")
@@ -222,38 +264,46 @@ func getProvider(providers map[string]*bootstrap.CertProviderConfig, instance st
 }
 
 // tlsConfig returns the TLS configuration of a new handshake, with the
-// providers' current key material.
-func (c *Chain) tlsConfig() (*tls.Config, error) {
+// providers' current key material. A SPIFFE verification stores its result
+// in v.
+func (c *Chain) tlsConfig(v *verified) (*tls.Config, error) {
 	id, roots, err := c.handles()
 	if err != nil {
 		return nil, err
 	}
-	km, err := id.KeyMaterial()
+	ident, err := id.Identity()
 	if err != nil {
 		return nil, fmt.Errorf("identity certificate provider instance %q: %w", c.sec.IdentityInstance, err)
 	}
-	if len(km.Certs) == 0 {
-		return nil, fmt.Errorf("identity certificate provider instance %q has no certificate_file", c.sec.IdentityInstance)
-	}
 	cfg := &tls.Config{
-		Certificates: km.Certs,
+		Certificates: ident.Certs,
 		MinVersion:   tls.VersionTLS12,
 		NextProtos:   []string{"h2"}, // gRPC clients insist on ALPN h2
+		// Each handshake has a Config of its own, whose session ticket
+		// keys no other handshake knows: a ticket could never be used.
+		SessionTicketsDisabled: true,
 	}
 	if roots == nil {
 		return cfg, nil
 	}
-	rkm, err := roots.KeyMaterial()
+	tr, err := roots.Trust()
 	if err != nil {
 		return nil, fmt.Errorf("root certificate provider instance %q: %w", c.sec.RootInstance, err)
 	}
-	if rkm.Roots == nil {
-		return nil, fmt.Errorf("root certificate provider instance %q has no ca_certificate_file", c.sec.RootInstance)
+	require := c.sec.RequireClientCert
+	if m := tr.SPIFFE; m != nil {
+		// gRFC A87: the bundle map replaces the roots. crypto/tls asks for
+		// a certificate and leaves its verification to verifySPIFFE.
+		cfg.ClientAuth = tls.RequestClientCert
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error { return verifySPIFFE(cs, m, require, v) }
+		return cfg, nil
 	}
-	cfg.ClientCAs = rkm.Roots
+	// crypto/tls verifies a certificate that is sent; a missing one is
+	// refused by requireClientCert, so that it is counted as such.
+	cfg.ClientCAs = tr.Roots
 	cfg.ClientAuth = tls.VerifyClientCertIfGiven
-	if c.sec.RequireClientCert {
-		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	if require {
+		cfg.VerifyConnection = requireClientCert
 	}
 	return cfg, nil
 }
@@ -291,7 +341,8 @@ const handshakeLogInterval = time.Minute
 // number of failures left out since. Every failure is logged at info level
 // (verbosity 2). Safe for concurrent use.
 type HandshakeLog struct {
-	log *serverlog.Logger // immutable
+	log     *serverlog.Logger // immutable
+	metrics *metrics.Listener // immutable; nil records nothing
 
 	mu     sync.Mutex
 	chains map[string]*handshakeLogState // guarded by mu; by filter chain name
@@ -303,14 +354,17 @@ type handshakeLogState struct {
 	suppressed int       // failures not logged at warning level since
 }
 
-// NewHandshakeLog returns the handshake log of the listener logging to log.
-func NewHandshakeLog(log *serverlog.Logger) *HandshakeLog {
-	return &HandshakeLog{log: log, chains: make(map[string]*handshakeLogState), now: time.Now}
+// NewHandshakeLog returns the handshake log of the listener logging to log;
+// the TLS metrics of its filter chains are recorded to m (nil records
+// none).
+func NewHandshakeLog(log *serverlog.Logger, m *metrics.Listener) *HandshakeLog {
+	return &HandshakeLog{log: log, metrics: m, chains: make(map[string]*handshakeLogState), now: time.Now}
 }
 
 // failed logs a failed handshake of a connection from src on the filter
-// chain named chain; once per failed handshake, never per RPC.
-func (h *HandshakeLog) failed(chain string, src netip.AddrPort, err error) {
+// chain named chain, with its result r; once per failed handshake, never
+// per RPC.
+func (h *HandshakeLog) failed(chain string, src netip.AddrPort, r metrics.TLSResult, err error) {
 	now := h.now()
 	h.mu.Lock()
 	st := h.chains[chain]
@@ -330,11 +384,11 @@ func (h *HandshakeLog) failed(chain string, src netip.AddrPort, err error) {
 	switch {
 	case !warn:
 		if h.log.V(2) {
-			h.log.Infof("filter chain %q: TLS handshake with %v failed: %v", chain, src, err)
+			h.log.Infof("filter chain %q: TLS handshake with %v failed (%s): %v", chain, src, r.Outcome(), err)
 		}
 	case suppressed > 0:
-		h.log.Warningf("filter chain %q: TLS handshake with %v failed: %v (%d more failure(s) since the last warning, logged at verbosity 2)", chain, src, err, suppressed)
+		h.log.Warningf("filter chain %q: TLS handshake with %v failed (%s): %v (%d more failure(s) since the last warning, logged at verbosity 2)", chain, src, r.Outcome(), err, suppressed)
 	default:
-		h.log.Warningf("filter chain %q: TLS handshake with %v failed: %v", chain, src, err)
+		h.log.Warningf("filter chain %q: TLS handshake with %v failed (%s): %v", chain, src, r.Outcome(), err)
 	}
 }
