@@ -8,6 +8,8 @@ import (
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	faultcommonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/common/fault/v3"
+	faultpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	localratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/local_ratelimit/v3"
 	routerpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -211,4 +213,21 @@ func TestRoutesStatePerListener(t *testing.T) {
 		t.Errorf("listener 2: %v, want OK (a bucket of its own)", got)
 	}
 	runtime.KeepAlive(first)
+}
+
+// BenchmarkTapFault: the tap with a fault filter whose aborts and delays
+// are asked for by header, on RPCs that ask for none: what every RPC pays.
+func BenchmarkTapFault(b *testing.B) {
+	cfg := &faultpb.HTTPFault{
+		Abort: &faultpb.FaultAbort{ErrorType: &faultpb.FaultAbort_HeaderAbort_{HeaderAbort: &faultpb.FaultAbort_HeaderAbort{}}, Percentage: &typepb.FractionalPercent{Numerator: 100}},
+		Delay: &faultcommonpb.FaultDelay{FaultDelaySecifier: &faultcommonpb.FaultDelay_HeaderDelay_{HeaderDelay: &faultcommonpb.FaultDelay_HeaderDelay{}}, Percentage: &typepb.FractionalPercent{Numerator: 100}},
+	}
+	hcm, p := hcmWith(b, "fault", cfg)
+	h := rpcpath.ConnTap(rpcpath.NewChain("fc", hcm, rpcpath.NewSource(routesOf(b, e2e.DefaultRouteConfig("rc"), hcm, p))))
+	ctx := peerContext()
+	info := tapInfo("svc", "/pkg.S/M")
+	b.ReportAllocs()
+	for b.Loop() {
+		h(ctx, info)
+	}
 }
