@@ -282,13 +282,16 @@ type countingCounter struct{ limited, shadowed atomic.Int64 }
 func (c *countingCounter) Limited(context.Context)  { c.limited.Add(1) }
 func (c *countingCounter) Shadowed(context.Context) { c.shadowed.Add(1) }
 
-func buildStep(t *testing.T, instance string, m *localratelimitpb.LocalRateLimit) *Step {
+// buildStep builds the step of instance with config m, its state in st
+// (one State per test: a State of the process would carry spent buckets
+// from one run of a test to the next with -count).
+func buildStep(t *testing.T, st *httpfilter.State, instance string, m *localratelimitpb.LocalRateLimit) *Step {
 	t.Helper()
 	cfg, err := Filter{}.ParseConfig(raw(t, m))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Filter{}.BuildStep(instance, cfg, nil)
+	s, err := Filter{}.BuildStatefulStep(st, instance, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +306,8 @@ func rpc() httpfilter.RPC { return httpfilter.RPC{FullMethod: "/s.S/M", Header: 
 // TestStep: enforced, the 4th RPC on a 3-token bucket is refused and
 // counted; the allowed path allocates nothing.
 func TestStep(t *testing.T) {
-	s := buildStep(t, t.Name(), good())
+	st := &httpfilter.State{}
+	s := buildStep(t, st, t.Name(), good())
 	cnt := &countingCounter{}
 	s = s.WithCounter(cnt)
 	ctx := context.Background()
@@ -322,7 +326,7 @@ func TestStep(t *testing.T) {
 
 	m := good()
 	m.TokenBucket.MaxTokens = 1 << 30
-	allowed := buildStep(t, t.Name()+"/allocs", m)
+	allowed := buildStep(t, st, t.Name()+"/allocs", m)
 	r := rpc()
 	if n := testing.AllocsPerRun(1000, func() {
 		if _, err := allowed.Run(ctx, r); err != nil {
@@ -336,11 +340,12 @@ func TestStep(t *testing.T) {
 // TestStepShadow: enabled but not enforced, an RPC without a token goes
 // through, counted, with the shadow headers added to its metadata.
 func TestStepShadow(t *testing.T) {
+	st := &httpfilter.State{}
 	m := good()
 	m.TokenBucket.MaxTokens = 0
 	m.FilterEnforced = none()
 	m.RequestHeadersToAddWhenNotEnforced = []*corepb.HeaderValueOption{header("x-rate-limited", "true")}
-	s := buildStep(t, t.Name(), m)
+	s := buildStep(t, st, t.Name(), m)
 	cnt := &countingCounter{}
 	s = s.WithCounter(cnt)
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.MD{"a": {"1"}})
@@ -360,14 +365,15 @@ func TestStepShadow(t *testing.T) {
 // TestStepDisabled: no step when the filter is enabled for no RPC or has no
 // bucket.
 func TestStepDisabled(t *testing.T) {
+	st := &httpfilter.State{}
 	m := good()
 	m.FilterEnabled = nil
-	if s := buildStep(t, t.Name(), m); s != nil {
+	if s := buildStep(t, st, t.Name(), m); s != nil {
 		t.Errorf("step without filter_enabled = %v, want none (Envoy's default is 0%%)", s)
 	}
 	m = good()
 	m.TokenBucket = nil
-	if s := buildStep(t, t.Name(), m); s != nil {
+	if s := buildStep(t, st, t.Name(), m); s != nil {
 		t.Errorf("step without a bucket = %v, want none", s)
 	}
 }
@@ -376,12 +382,13 @@ func TestStepDisabled(t *testing.T) {
 // after the tap, where it fails the RPC with the status; with
 // enable_retry_after_header it carries the wait in seconds.
 func TestStepTrailers(t *testing.T) {
+	st := &httpfilter.State{}
 	m := good()
 	m.TokenBucket.MaxTokens = 0
 	m.ResponseHeadersToAdd = []*corepb.HeaderValueOption{header("x-limited", "yes")}
 	m.EnableRetryAfterHeader = true
 	m.RateLimitedAsResourceExhausted = true
-	s := buildStep(t, t.Name(), m)
+	s := buildStep(t, st, t.Name(), m)
 	ctx, err := s.Run(context.Background(), rpc())
 	if err != nil {
 		t.Fatalf("Run: %v, want the refusal left for after the tap", err)
@@ -402,7 +409,7 @@ func TestStepTrailers(t *testing.T) {
 	}
 	m.TokenBucket.MaxTokens = 1
 	m.StatPrefix = "one"
-	one := buildStep(t, t.Name(), m)
+	one := buildStep(t, st, t.Name(), m)
 	if _, err := one.Run(context.Background(), rpc()); err != nil {
 		t.Fatal(err)
 	}
@@ -422,8 +429,9 @@ func TestStepTrailers(t *testing.T) {
 // the tokens (Listener or RDS updates); another bucket, instance or level
 // does not.
 func TestBucketKept(t *testing.T) {
+	st := &httpfilter.State{}
 	name := t.Name()
-	s1 := buildStep(t, name, good())
+	s1 := buildStep(t, st, name, good())
 	for range 3 {
 		if _, err := s1.Run(context.Background(), rpc()); err != nil {
 			t.Fatal(err)
@@ -433,7 +441,7 @@ func TestBucketKept(t *testing.T) {
 	// tokens: spent.
 	same := good()
 	same.RateLimitedAsResourceExhausted = true
-	if _, err := buildStep(t, name, same).Run(context.Background(), rpc()); status.Code(err) != codes.ResourceExhausted {
+	if _, err := buildStep(t, st, name, same).Run(context.Background(), rpc()); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("rebuilt step on the spent bucket: %v, want RESOURCE_EXHAUSTED", err)
 	}
 	for _, tc := range []struct {
@@ -447,7 +455,7 @@ func TestBucketKept(t *testing.T) {
 	} {
 		m := good()
 		tc.mutate(m)
-		if _, err := buildStep(t, tc.instance, m).Run(context.Background(), rpc()); err != nil {
+		if _, err := buildStep(t, st, tc.instance, m).Run(context.Background(), rpc()); err != nil {
 			t.Errorf("%s: %v, want a fresh bucket", tc.desc, err)
 		}
 	}
@@ -455,7 +463,7 @@ func TestBucketKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	route, err := Filter{}.BuildStep(name, nil, cfg)
+	route, err := Filter{}.BuildStatefulStep(st, name, nil, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,10 +474,11 @@ func TestBucketKept(t *testing.T) {
 
 // TestPerConnection: each connection has its own bucket.
 func TestPerConnection(t *testing.T) {
+	st := &httpfilter.State{}
 	m := good()
 	m.TokenBucket.MaxTokens = 1
 	m.LocalRateLimitPerDownstreamConnection = true
-	s := buildStep(t, t.Name(), m)
+	s := buildStep(t, st, t.Name(), m)
 	c1, c2 := &httpfilter.ConnState{}, &httpfilter.ConnState{}
 	run := func(c *httpfilter.ConnState) error {
 		r := rpc()

@@ -59,14 +59,17 @@ func hcmWith(t testing.TB, name string, cfg proto.Message) (*filterchain.HTTPCon
 	return &filterchain.HTTPConnectionManager{Filters: filters}, p
 }
 
-// routesOf compiles rc with p and builds its Routes with hcm's filters.
-func routesOf(t testing.TB, rc *routepb.RouteConfiguration, hcm *filterchain.HTTPConnectionManager, p *httpfilter.Parser) *rpcpath.Routes {
+// routesOf compiles rc with p and builds its Routes with hcm's filters,
+// for the listener obs. (Each test has listeners of its own: the state of
+// the process, without obs, would carry spent buckets from one run of a
+// test to the next with -count.)
+func routesOf(t testing.TB, rc *routepb.RouteConfiguration, hcm *filterchain.HTTPConnectionManager, p *httpfilter.Parser, obs *rpcpath.Observers) *rpcpath.Routes {
 	t.Helper()
 	r, err := routing.Compile(rc, p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rpcpath.NewRoutes(r, hcm, nil)
+	return rpcpath.NewRoutes(r, hcm, obs)
 }
 
 func codesOf(h tap.ServerInHandle, n int, method string) []codes.Code {
@@ -91,7 +94,7 @@ func countOK(cs []codes.Code) int {
 // TestTapRateLimit: the tap refuses the RPCs that find the bucket empty.
 func TestTapRateLimit(t *testing.T) {
 	hcm, p := hcmWith(t, t.Name(), rateLimit("p", 3, false))
-	src := rpcpath.NewSource(routesOf(t, e2e.DefaultRouteConfig("rc"), hcm, p))
+	src := rpcpath.NewSource(routesOf(t, e2e.DefaultRouteConfig("rc"), hcm, p, &rpcpath.Observers{}))
 	h := rpcpath.ConnTap(rpcpath.NewChain("fc", hcm, src))
 	got := codesOf(h, 5, "/pkg.S/M")
 	if n := countOK(got); n != 3 || got[3] != codes.Unavailable || got[4] != codes.Unavailable {
@@ -104,9 +107,10 @@ func TestTapRateLimit(t *testing.T) {
 // bucket starts full; a per-route bucket is another bucket.
 func TestRoutesKeepState(t *testing.T) {
 	name := t.Name()
+	listener := &rpcpath.Observers{}
 	build := func(cfg *localratelimitpb.LocalRateLimit, rc *routepb.RouteConfiguration) tap.ServerInHandle {
 		hcm, p := hcmWith(t, name, cfg)
-		return rpcpath.ConnTap(rpcpath.NewChain("fc", hcm, rpcpath.NewSource(routesOf(t, rc, hcm, p))))
+		return rpcpath.ConnTap(rpcpath.NewChain("fc", hcm, rpcpath.NewSource(routesOf(t, rc, hcm, p, listener))))
 	}
 	first := build(rateLimit("p", 2, false), e2e.DefaultRouteConfig("rc"))
 	if got := codesOf(first, 3, "/pkg.S/M"); countOK(got) != 2 {
@@ -146,7 +150,7 @@ func TestRoutesKeepState(t *testing.T) {
 // handle has its own.
 func TestTapPerConnection(t *testing.T) {
 	hcm, p := hcmWith(t, t.Name(), rateLimit("p", 1, true))
-	chain := rpcpath.NewChain("fc", hcm, rpcpath.NewSource(routesOf(t, e2e.DefaultRouteConfig("rc"), hcm, p)))
+	chain := rpcpath.NewChain("fc", hcm, rpcpath.NewSource(routesOf(t, e2e.DefaultRouteConfig("rc"), hcm, p, &rpcpath.Observers{})))
 	c1, c2 := rpcpath.ConnTap(chain), rpcpath.ConnTap(chain)
 	if got := codesOf(c1, 2, "/pkg.S/M"); got[0] != codes.OK || got[1] != codes.Unavailable {
 		t.Errorf("connection 1: %v, want OK then UNAVAILABLE", got)
@@ -161,7 +165,7 @@ func TestTapPerConnection(t *testing.T) {
 func TestTapRateLimitAllocs(t *testing.T) {
 	for _, perConn := range []bool{false, true} {
 		hcm, p := hcmWith(t, fmt.Sprintf("%s-%v", t.Name(), perConn), rateLimit("p", 1<<30, perConn))
-		h := rpcpath.ConnTap(rpcpath.NewChain("fc", hcm, rpcpath.NewSource(routesOf(t, e2e.DefaultRouteConfig("rc"), hcm, p))))
+		h := rpcpath.ConnTap(rpcpath.NewChain("fc", hcm, rpcpath.NewSource(routesOf(t, e2e.DefaultRouteConfig("rc"), hcm, p, &rpcpath.Observers{}))))
 		ctx := peerContext()
 		info := tapInfo("svc", "/pkg.S/M")
 		if n := testing.AllocsPerRun(100, func() {
@@ -178,7 +182,7 @@ func BenchmarkTapRateLimit(b *testing.B) {
 	for _, perConn := range []bool{false, true} {
 		b.Run(fmt.Sprintf("perConnection=%v", perConn), func(b *testing.B) {
 			hcm, p := hcmWith(b, fmt.Sprintf("bench-%v", perConn), rateLimit("p", 1<<31, perConn))
-			h := rpcpath.ConnTap(rpcpath.NewChain("fc", hcm, rpcpath.NewSource(routesOf(b, e2e.DefaultRouteConfig("rc"), hcm, p))))
+			h := rpcpath.ConnTap(rpcpath.NewChain("fc", hcm, rpcpath.NewSource(routesOf(b, e2e.DefaultRouteConfig("rc"), hcm, p, &rpcpath.Observers{}))))
 			ctx := peerContext()
 			info := tapInfo("svc", "/pkg.S/M")
 			b.ReportAllocs()
@@ -223,7 +227,7 @@ func BenchmarkTapFault(b *testing.B) {
 		Delay: &faultcommonpb.FaultDelay{FaultDelaySecifier: &faultcommonpb.FaultDelay_HeaderDelay_{HeaderDelay: &faultcommonpb.FaultDelay_HeaderDelay{}}, Percentage: &typepb.FractionalPercent{Numerator: 100}},
 	}
 	hcm, p := hcmWith(b, "fault", cfg)
-	h := rpcpath.ConnTap(rpcpath.NewChain("fc", hcm, rpcpath.NewSource(routesOf(b, e2e.DefaultRouteConfig("rc"), hcm, p))))
+	h := rpcpath.ConnTap(rpcpath.NewChain("fc", hcm, rpcpath.NewSource(routesOf(b, e2e.DefaultRouteConfig("rc"), hcm, p, &rpcpath.Observers{}))))
 	ctx := peerContext()
 	info := tapInfo("svc", "/pkg.S/M")
 	b.ReportAllocs()
