@@ -54,7 +54,9 @@
 // never per RPC. With MeterProvider it records OpenTelemetry metrics, its
 // own (grpc.xds_server.*) and the xDS client's (grpc.xds_client.*, gRFC
 // A78). Package csds serves the xDS configuration of every xDS client of the
-// process (gRFC A40).
+// process (gRFC A40). ReadinessHealth reports the serving state to a
+// grpc.health.v1 server, for readiness probes; package admin serves a status
+// page of the server for people.
 //
 // # Per-RPC routing and the tap handle
 //
