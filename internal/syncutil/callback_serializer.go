@@ -92,7 +92,7 @@ func (s *CallbackSerializer) ScheduleOr(f func(ctx context.Context), onFailure f
 }
 
 // Close stops accepting callbacks and cancels the context handed to
-// callbacks. Callbacks queued before Close still run, in order; Done is
+// callbacks; when any call of Close returns, the context is cancelled. Callbacks queued before Close still run, in order; Done is
 // closed after the last. Close does not wait for them (it may be called from
 // inside a callback); wait on Done for that. Calling Close more than once is
 // harmless.
@@ -103,9 +103,12 @@ func (s *CallbackSerializer) Close() {
 		return
 	}
 	s.closed = true
+	// Cancelled under mu, so that no Close (a concurrent one that found
+	// closed set) returns before the context is cancelled. cancel calls no
+	// code of ours.
+	s.cancel()
 	idle := !s.running
 	s.mu.Unlock()
-	s.cancel()
 	if idle {
 		close(s.done)
 	}

@@ -190,14 +190,21 @@ func TestCallbackSerializer_CloseFromCallback(t *testing.T) {
 	s := NewCallbackSerializer()
 	var afterClose atomic.Bool
 	var errInCallback error
+	// The first callback closes the serializer only once the second is
+	// queued: "queued before Close" must be true, not a race.
+	queued := make(chan struct{})
 	s.TrySchedule(func(ctx context.Context) {
+		<-queued
 		s.Close()
 		errInCallback = ctx.Err()
 		if s.TrySchedule(func(context.Context) {}) {
 			t.Error("TrySchedule from a callback after Close = true, want false")
 		}
 	})
-	s.TrySchedule(func(context.Context) { afterClose.Store(true) })
+	if !s.TrySchedule(func(context.Context) { afterClose.Store(true) }) {
+		t.Fatal("TrySchedule before Close = false, want true")
+	}
+	close(queued)
 	closeAndWait(t, s)
 	if errInCallback != context.Canceled {
 		t.Errorf("ctx.Err() right after Close in a callback = %v, want %v", errInCallback, context.Canceled)
