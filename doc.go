@@ -75,13 +75,15 @@
 //
 // grpc.Server cannot drain one connection through its public API, so each
 // accepted connection is served by an unexported grpc.Server of its own,
-// built from the user's options, its filter chain's tap handle and the
-// registered services; draining a connection gracefully stops its server,
+// built from the user's options, its filter chain's tap handle (and, on a
+// chain with a local rate limit or fault filter, the interceptors that run
+// those filters' work after the tap) and the registered services; draining
+// a connection gracefully stops its server,
 // never the listening socket. An idle connection costs about 1.3 KB of heap
 // more than on a plain grpc.Server and a new one a few microseconds of CPU
-// (see the README's Performance section). Besides gRPC's own goroutines, a
-// listener runs two (its configuration serializer and the one that stops
-// the servers of closed connections), and a draining connection one until
-// its drain ends. ARCHITECTURE.md in the repository describes the packages,
+// (see the README's Performance section). Besides gRPC's own goroutines, an
+// idle listener runs none: its configuration serializer and the one that
+// stops the servers of closed connections run only while they have work,
+// and a draining connection has one until its drain ends. ARCHITECTURE.md in the repository describes the packages,
 // the paths of a configuration update and of an RPC, and the goroutines.
 package xds

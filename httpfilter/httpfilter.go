@@ -1,5 +1,6 @@
 // Package httpfilter lets programs add their own server-side xDS HTTP
-// filters (gRFC A39) to the ones this module supports (the router and RBAC).
+// filters (gRFC A39) to the ones this module supports (the router, RBAC, local
+// rate limit and fault injection).
 //
 // A filter is registered by the type URLs of its top-level config (the
 // typed_config of an HttpConnectionManager's http_filters entry) and of its

@@ -73,7 +73,7 @@ func TestTLSRecorders(t *testing.T) {
 			t.Errorf("%s = %d after every observer stopped, want not reported", name, v)
 		}
 	}
-	// Observers can come back after the callback was unregistered.
+	// ListenerShared can come back after the callback was unregistered.
 	stop := b.ObserveExpiry(func() (time.Time, time.Time) { return now.Add(time.Minute), time.Time{} })
 	defer stop()
 	near(metrics.TLSCertificateTimeToExpiry, "b", time.Minute)

@@ -86,7 +86,7 @@ type Listener struct {
 	rds       *rds.Handler // only used on the serializer
 	conns     *connserver.Group
 	hsLog     *security.HandshakeLog
-	obs       *rpcpath.Observers // count the RBAC filters' decisions
+	obs       *rpcpath.ListenerShared // what its routes share: counters, filter state
 	cancelLDS func()
 	closing   *syncutil.Event // fired when Close starts; the accept loop then exits quietly
 	serveDone chan struct{}   // closed when the accept loop has returned
@@ -128,15 +128,15 @@ func New(p Params) *Listener {
 		mode:      connectivity.ServingModeStarting,
 	}
 	l.hsLog = security.NewHandshakeLog(l.log, p.Metrics)
-	l.obs = &rpcpath.Observers{Metrics: p.Metrics, Decisions: &rpcpath.Decisions{}}
+	l.obs = &rpcpath.ListenerShared{Metrics: p.Metrics, Decisions: &rpcpath.Decisions{}}
 	p.Conns.Log = l.log
 	l.conns = connserver.NewGroup(p.Conns)
 	l.rds = rds.New(rds.Params{
-		Client:    p.Client,
-		Schedule:  l.schedule,
-		OnAnswer:  l.maybeApply,
-		Observers: l.obs,
-		Log:       l.log,
+		Client:         p.Client,
+		Schedule:       l.schedule,
+		OnAnswer:       l.maybeApply,
+		ListenerShared: l.obs,
+		Log:            l.log,
 	})
 	l.log.Infof("watching Listener %q", p.Name)
 	l.cancelLDS = xdsclient.Watch[*xdsresource.Listener](p.Client, xdsresource.ListenerType, p.Name, &ldsWatcher{l: l})

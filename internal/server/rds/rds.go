@@ -37,9 +37,10 @@ type Params struct {
 	// RouteConfiguration got an answer: a Listener waiting for it may now be
 	// ready.
 	OnAnswer func()
-	// Observers count the RBAC decisions of the routes' filter steps; may
+	// ListenerShared is what the listener's routes share (counters, filter
+	// state); may
 	// be nil.
-	Observers *rpcpath.Observers
+	ListenerShared *rpcpath.ListenerShared
 	// Log is the listener's logger.
 	Log *serverlog.Logger
 }
@@ -159,7 +160,7 @@ func (h *Handler) Source(hcm *filterchain.HTTPConnectionManager) (*rpcpath.Sourc
 func (h *Handler) routes(w *watch, hcm *filterchain.HTTPConnectionManager) *rpcpath.Routes {
 	switch {
 	case w.router != nil:
-		return rpcpath.NewRoutes(w.router, hcm, h.p.Observers)
+		return rpcpath.NewRoutes(w.router, hcm, h.p.ListenerShared)
 	case w.err != nil:
 		return rpcpath.Unavailable(w.err)
 	}

@@ -63,7 +63,7 @@ func hcmWith(t testing.TB, name string, cfg proto.Message) (*filterchain.HTTPCon
 // for the listener obs. (Each test has listeners of its own: the state of
 // the process, without obs, would carry spent buckets from one run of a
 // test to the next with -count.)
-func routesOf(t testing.TB, rc *routepb.RouteConfiguration, hcm *filterchain.HTTPConnectionManager, p *httpfilter.Parser, obs *rpcpath.Observers) *rpcpath.Routes {
+func routesOf(t testing.TB, rc *routepb.RouteConfiguration, hcm *filterchain.HTTPConnectionManager, p *httpfilter.Parser, obs *rpcpath.ListenerShared) *rpcpath.Routes {
 	t.Helper()
 	r, err := routing.Compile(rc, p)
 	if err != nil {
@@ -94,7 +94,7 @@ func countOK(cs []codes.Code) int {
 // TestTapRateLimit: the tap refuses the RPCs that find the bucket empty.
 func TestTapRateLimit(t *testing.T) {
 	hcm, p := hcmWith(t, t.Name(), rateLimit("p", 3, false))
-	src := rpcpath.NewSource(routesOf(t, e2e.DefaultRouteConfig("rc"), hcm, p, &rpcpath.Observers{}))
+	src := rpcpath.NewSource(routesOf(t, e2e.DefaultRouteConfig("rc"), hcm, p, &rpcpath.ListenerShared{}))
 	h := rpcpath.ConnTap(rpcpath.NewChain("fc", hcm, src))
 	got := codesOf(h, 5, "/pkg.S/M")
 	if n := countOK(got); n != 3 || got[3] != codes.Unavailable || got[4] != codes.Unavailable {
@@ -107,7 +107,7 @@ func TestTapRateLimit(t *testing.T) {
 // bucket starts full; a per-route bucket is another bucket.
 func TestRoutesKeepState(t *testing.T) {
 	name := t.Name()
-	listener := &rpcpath.Observers{}
+	listener := &rpcpath.ListenerShared{}
 	build := func(cfg *localratelimitpb.LocalRateLimit, rc *routepb.RouteConfiguration) tap.ServerInHandle {
 		hcm, p := hcmWith(t, name, cfg)
 		return rpcpath.ConnTap(rpcpath.NewChain("fc", hcm, rpcpath.NewSource(routesOf(t, rc, hcm, p, listener))))
@@ -150,7 +150,7 @@ func TestRoutesKeepState(t *testing.T) {
 // handle has its own.
 func TestTapPerConnection(t *testing.T) {
 	hcm, p := hcmWith(t, t.Name(), rateLimit("p", 1, true))
-	chain := rpcpath.NewChain("fc", hcm, rpcpath.NewSource(routesOf(t, e2e.DefaultRouteConfig("rc"), hcm, p, &rpcpath.Observers{})))
+	chain := rpcpath.NewChain("fc", hcm, rpcpath.NewSource(routesOf(t, e2e.DefaultRouteConfig("rc"), hcm, p, &rpcpath.ListenerShared{})))
 	c1, c2 := rpcpath.ConnTap(chain), rpcpath.ConnTap(chain)
 	if got := codesOf(c1, 2, "/pkg.S/M"); got[0] != codes.OK || got[1] != codes.Unavailable {
 		t.Errorf("connection 1: %v, want OK then UNAVAILABLE", got)
@@ -165,7 +165,7 @@ func TestTapPerConnection(t *testing.T) {
 func TestTapRateLimitAllocs(t *testing.T) {
 	for _, perConn := range []bool{false, true} {
 		hcm, p := hcmWith(t, fmt.Sprintf("%s-%v", t.Name(), perConn), rateLimit("p", 1<<30, perConn))
-		h := rpcpath.ConnTap(rpcpath.NewChain("fc", hcm, rpcpath.NewSource(routesOf(t, e2e.DefaultRouteConfig("rc"), hcm, p, &rpcpath.Observers{}))))
+		h := rpcpath.ConnTap(rpcpath.NewChain("fc", hcm, rpcpath.NewSource(routesOf(t, e2e.DefaultRouteConfig("rc"), hcm, p, &rpcpath.ListenerShared{}))))
 		ctx := peerContext()
 		info := tapInfo("svc", "/pkg.S/M")
 		if n := testing.AllocsPerRun(100, func() {
@@ -182,7 +182,7 @@ func BenchmarkTapRateLimit(b *testing.B) {
 	for _, perConn := range []bool{false, true} {
 		b.Run(fmt.Sprintf("perConnection=%v", perConn), func(b *testing.B) {
 			hcm, p := hcmWith(b, fmt.Sprintf("bench-%v", perConn), rateLimit("p", 1<<31, perConn))
-			h := rpcpath.ConnTap(rpcpath.NewChain("fc", hcm, rpcpath.NewSource(routesOf(b, e2e.DefaultRouteConfig("rc"), hcm, p, &rpcpath.Observers{}))))
+			h := rpcpath.ConnTap(rpcpath.NewChain("fc", hcm, rpcpath.NewSource(routesOf(b, e2e.DefaultRouteConfig("rc"), hcm, p, &rpcpath.ListenerShared{}))))
 			ctx := peerContext()
 			info := tapInfo("svc", "/pkg.S/M")
 			b.ReportAllocs()
@@ -193,11 +193,11 @@ func BenchmarkTapRateLimit(b *testing.B) {
 	}
 }
 
-// TestRoutesStatePerListener: each listener (its Observers) keeps its own
+// TestRoutesStatePerListener: each listener (its ListenerShared) keeps its own
 // buckets; routes of one listener built again share them.
 func TestRoutesStatePerListener(t *testing.T) {
 	name := t.Name()
-	build := func(obs *rpcpath.Observers) tap.ServerInHandle {
+	build := func(obs *rpcpath.ListenerShared) tap.ServerInHandle {
 		hcm, p := hcmWith(t, name, rateLimit("p", 1, false))
 		r, err := routing.Compile(e2e.DefaultRouteConfig("rc"), p)
 		if err != nil {
@@ -205,7 +205,7 @@ func TestRoutesStatePerListener(t *testing.T) {
 		}
 		return rpcpath.ConnTap(rpcpath.NewChain("fc", hcm, rpcpath.NewSource(rpcpath.NewRoutes(r, hcm, obs))))
 	}
-	l1, l2 := &rpcpath.Observers{}, &rpcpath.Observers{}
+	l1, l2 := &rpcpath.ListenerShared{}, &rpcpath.ListenerShared{}
 	first := build(l1)
 	if got := codesOf(first, 2, "/pkg.S/M"); got[0] != codes.OK || got[1] != codes.Unavailable {
 		t.Fatalf("listener 1: %v, want OK then UNAVAILABLE", got)
@@ -227,7 +227,7 @@ func BenchmarkTapFault(b *testing.B) {
 		Delay: &faultcommonpb.FaultDelay{FaultDelaySecifier: &faultcommonpb.FaultDelay_HeaderDelay_{HeaderDelay: &faultcommonpb.FaultDelay_HeaderDelay{}}, Percentage: &typepb.FractionalPercent{Numerator: 100}},
 	}
 	hcm, p := hcmWith(b, "fault", cfg)
-	h := rpcpath.ConnTap(rpcpath.NewChain("fc", hcm, rpcpath.NewSource(routesOf(b, e2e.DefaultRouteConfig("rc"), hcm, p, &rpcpath.Observers{}))))
+	h := rpcpath.ConnTap(rpcpath.NewChain("fc", hcm, rpcpath.NewSource(routesOf(b, e2e.DefaultRouteConfig("rc"), hcm, p, &rpcpath.ListenerShared{}))))
 	ctx := peerContext()
 	info := tapInfo("svc", "/pkg.S/M")
 	b.ReportAllocs()

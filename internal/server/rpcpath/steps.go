@@ -35,7 +35,7 @@ import (
 // their filter instance's name and config: routes built again for an
 // unchanged config, for a Listener or an RDS update, share the state of the
 // routes they replace.
-func NewRoutes(router *routing.Router, hcm *filterchain.HTTPConnectionManager, obs *Observers) *Routes {
+func NewRoutes(router *routing.Router, hcm *filterchain.HTTPConnectionManager, obs *ListenerShared) *Routes {
 	rt := &Routes{router: router}
 	routes := router.Routes()
 	memo := make(map[stepKey]httpfilter.Step)
@@ -71,7 +71,7 @@ type stepKey struct {
 	config, override httpfilter.Config
 }
 
-func buildStep(memo map[stepKey]httpfilter.Step, in httpfilter.Instance, override httpfilter.Config, obs *Observers) httpfilter.Step {
+func buildStep(memo map[stepKey]httpfilter.Step, in httpfilter.Instance, override httpfilter.Config, obs *ListenerShared) httpfilter.Step {
 	key := stepKey{name: in.Name, config: in.Config, override: override}
 	comparable := isComparable(in.Config) && isComparable(override)
 	if comparable {
@@ -121,10 +121,11 @@ func sameSteps(a, b []httpfilter.Step) bool {
 	return true
 }
 
-// Observers count the decisions of a listener's RBAC filters and the RPCs
-// its local rate limit filters refuse, and hold the listener's filter
-// state: one per listener, given to every NewRoutes of its filter chains.
-type Observers struct {
+// ListenerShared is what the routes of one listener share, across its filter
+// chains and configuration updates: the counters of its RBAC filters'
+// decisions and of the RPCs its local rate limit filters refuse, and its
+// filter state. One per listener, given to every NewRoutes of its chains.
+type ListenerShared struct {
 	// Metrics records the grpc.xds_server.rbac.decisions and
 	// grpc.xds_server.local_rate_limit.limited metrics; nil without a
 	// MeterProvider.
@@ -139,7 +140,7 @@ type Observers struct {
 
 // filterState returns the listener's filter state; nil (the process-wide
 // one) for a nil o.
-func (o *Observers) filterState() *httpfilter.State {
+func (o *ListenerShared) filterState() *httpfilter.State {
 	if o == nil {
 		return nil
 	}
