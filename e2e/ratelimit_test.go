@@ -7,12 +7,8 @@ package e2e_test
 // count is exact, even on a loaded machine.
 
 import (
-	"bufio"
 	"context"
 	"net"
-	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -490,64 +486,13 @@ func BenchmarkServerUnaryLocalFilters(b *testing.B) {
 		{name: "ratelimit-perconn", filters: []*hcmpb.HttpFilter{httpFilter(b, "rl", rl(true))}},
 		{name: "fault", filters: []*hcmpb.HttpFilter{httpFilter(b, "fault", headerFault)}},
 	}
-	servers := make([]benchServer, len(variants))
+	sv := make([]benchVariant, len(variants))
 	for i, v := range variants {
-		if v.filters == nil {
-			servers[i] = startPlainServer(b)
-		} else {
-			servers[i] = startXDSServerFilters(b, v.filters)
-		}
-		defer servers[i].stop()
-	}
-	const rounds = 10
-	per := max(b.N/rounds, 1)
-	cpu := make([]time.Duration, len(variants))
-	b.ResetTimer()
-	for range rounds {
-		for i, s := range servers {
-			cpu[i] += clientLoadCPU(b, s.addr, per)
+		sv[i] = benchVariant{name: v.name, start: startPlainServer}
+		if v.filters != nil {
+			filters := v.filters
+			sv[i].start = func(b *testing.B) benchServer { return startXDSServerFilters(b, filters) }
 		}
 	}
-	b.StopTimer()
-	for i, v := range variants {
-		b.ReportMetric(float64(cpu[i].Nanoseconds())/float64(per*rounds), v.name+"-cpu-ns/op")
-		if i > 0 {
-			b.ReportMetric(float64(cpu[i])/float64(cpu[0]), v.name+"/plain")
-		}
-	}
-}
-
-// clientLoadCPU makes n unary RPCs on addr from a child process (the load
-// generator of runClientProcess) and returns the CPU this process used
-// meanwhile.
-func clientLoadCPU(b *testing.B, addr string, n int) time.Duration {
-	b.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchClientProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), benchEnvAddr+"="+addr, benchEnvN+"="+strconv.Itoa(n), benchEnvMode+"=unary", benchEnvAuthority+"=")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	lines := bufio.NewScanner(out)
-	waitFor := func(word string) {
-		for lines.Scan() {
-			if lines.Text() == word {
-				return
-			}
-		}
-		cmd.Wait()
-		b.Fatalf("client process ended before %q", word)
-	}
-	waitFor("ready")
-	start := cpuTime(b)
-	waitFor("done")
-	used := cpuTime(b) - start
-	if err := cmd.Wait(); err != nil {
-		b.Fatalf("client process: %v", err)
-	}
-	return used
+	sideBySide(b, "unary", sv)
 }
