@@ -47,8 +47,15 @@ func httpFilter(t testing.TB, name string, cfg proto.Message) *hcmpb.HttpFilter 
 // HttpConnectionManager runs filters, then the router; routes come from rc
 // inline, or from RDS resource rds when rc is nil.
 func filtersListener(addr net.Addr, filters []*hcmpb.HttpFilter, rc *routepb.RouteConfiguration, rds string) *listenerpb.Listener {
+	return hcmListener(addr, "filters", filters, rc, rds)
+}
+
+// hcmListener returns a Listener for addr with one filter chain, name+"-chain",
+// whose HttpConnectionManager (stat prefix name) runs filters, then the
+// router; routes come from rc inline, or from RDS resource rds when rc is nil.
+func hcmListener(addr net.Addr, name string, filters []*hcmpb.HttpFilter, rc *routepb.RouteConfiguration, rds string) *listenerpb.Listener {
 	hcm := &hcmpb.HttpConnectionManager{
-		StatPrefix:  "filters",
+		StatPrefix:  name,
 		HttpFilters: append(append([]*hcmpb.HttpFilter{}, filters...), e2e.RouterHTTPFilter()),
 	}
 	if rc != nil {
@@ -71,7 +78,7 @@ func filtersListener(addr net.Addr, filters []*hcmpb.HttpFilter, rc *routepb.Rou
 			PortSpecifier: &corepb.SocketAddress_PortValue{PortValue: port},
 		}}},
 		FilterChains: []*listenerpb.FilterChain{{
-			Name: "filters-chain",
+			Name: name + "-chain",
 			Filters: []*listenerpb.Filter{{
 				Name:       e2e.HCMFilterName,
 				ConfigType: &listenerpb.Filter_TypedConfig{TypedConfig: e2e.HCMAny(hcm)},

@@ -10,7 +10,6 @@ import (
 	"context"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,7 +26,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
-	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
@@ -416,42 +414,9 @@ func TestRateLimitNACK(t *testing.T) {
 // startXDSServerFilters starts an xDS server for the benchmarks whose one
 // filter chain runs filters before the router, over one route.
 func startXDSServerFilters(b *testing.B, filters []*hcmpb.HttpFilter) benchServer {
-	b.Helper()
-	ms := e2e.StartManagementServer(b, e2e.ManagementServerOptions{})
-	bs := e2e.Bootstrap(b, e2e.BootstrapOptions{
-		ServerURIs:                         []string{ms.Address},
-		NodeID:                             "bench",
-		ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
+	return startBenchServer(b, thisLibrary, func(a net.Addr) *listenerpb.Listener {
+		return filtersListener(a, filters, allRoutes("bench"), "")
 	})
-	serving := make(chan struct{})
-	var once sync.Once
-	s, err := xds.NewGRPCServer(xds.BootstrapContents(bs), xds.ServingModeCallback(func(_ net.Addr, a xds.ServingModeChangeArgs) {
-		if a.Mode == connectivity.ServingModeServing {
-			once.Do(func() { close(serving) })
-		}
-	}))
-	if err != nil {
-		b.Fatal(err)
-	}
-	testgrpc.RegisterTestServiceServer(s, testService{})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { s.Serve(lis); close(done) }()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	l := filtersListener(lis.Addr(), filters, allRoutes("bench"), "")
-	if err := ms.Update(ctx, e2e.Resources{Listeners: []*listenerpb.Listener{l}}); err != nil {
-		b.Fatal(err)
-	}
-	select {
-	case <-serving:
-	case <-ctx.Done():
-		b.Fatal("xDS server did not start serving")
-	}
-	return benchServer{addr: lis.Addr().String(), stop: func() { s.Stop(); <-done }}
 }
 
 // BenchmarkServerUnaryLocalFilters: server CPU per unary RPC (one

@@ -52,40 +52,8 @@ func anyOf(t testing.TB, m proto.Message) *anypb.Any {
 // come from rc inline, or from RDS resource rds when rc is nil.
 func rbacListener(t testing.TB, addr net.Addr, cfg *rbacpb.RBAC, rc *routepb.RouteConfiguration, rds string) *listenerpb.Listener {
 	t.Helper()
-	hcm := &hcmpb.HttpConnectionManager{
-		StatPrefix: "rbac",
-		HttpFilters: []*hcmpb.HttpFilter{
-			{Name: rbacFilterName, ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: anyOf(t, cfg)}},
-			e2e.RouterHTTPFilter(),
-		},
-	}
-	if rc != nil {
-		hcm.RouteSpecifier = &hcmpb.HttpConnectionManager_RouteConfig{RouteConfig: rc}
-	} else {
-		hcm.RouteSpecifier = &hcmpb.HttpConnectionManager_Rds{Rds: &hcmpb.Rds{
-			RouteConfigName: rds,
-			ConfigSource: &corepb.ConfigSource{
-				ConfigSourceSpecifier: &corepb.ConfigSource_Ads{Ads: &corepb.AggregatedConfigSource{}},
-				ResourceApiVersion:    corepb.ApiVersion_V3,
-			},
-		}}
-	}
-	host, port := hostPort(addr)
-	return &listenerpb.Listener{
-		Name: e2e.ServerListenerName(host, port),
-		Address: &corepb.Address{Address: &corepb.Address_SocketAddress{SocketAddress: &corepb.SocketAddress{
-			Protocol:      corepb.SocketAddress_TCP,
-			Address:       host,
-			PortSpecifier: &corepb.SocketAddress_PortValue{PortValue: port},
-		}}},
-		FilterChains: []*listenerpb.FilterChain{{
-			Name: "rbac-chain",
-			Filters: []*listenerpb.Filter{{
-				Name:       e2e.HCMFilterName,
-				ConfigType: &listenerpb.Filter_TypedConfig{TypedConfig: e2e.HCMAny(hcm)},
-			}},
-		}},
-	}
+	rbac := &hcmpb.HttpFilter{Name: rbacFilterName, ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: anyOf(t, cfg)}}
+	return hcmListener(addr, "rbac", []*hcmpb.HttpFilter{rbac}, rc, rds)
 }
 
 // allRoutes is a RouteConfiguration letting every RPC through.

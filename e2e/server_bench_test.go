@@ -199,6 +199,15 @@ func startXDSServerRBAC(b *testing.B, chains, vhosts, rbacPolicies int) benchSer
 // of its own with benchListener(chains, vhosts, rbacPolicies), and waits
 // until it serves.
 func startImplServer(b *testing.B, impl xdsImpl, chains, vhosts, rbacPolicies int) benchServer {
+	return startBenchServer(b, impl, func(a net.Addr) *listenerpb.Listener {
+		return benchListener(uint32(a.(*net.TCPAddr).Port), chains, vhosts, rbacPolicies)
+	})
+}
+
+// startBenchServer starts a server of impl on a loopback port, configured by
+// a management server of its own with the Listener listener returns for the
+// port's address, and waits until it serves.
+func startBenchServer(b *testing.B, impl xdsImpl, listener func(net.Addr) *listenerpb.Listener) benchServer {
 	b.Helper()
 	ms := e2e.StartManagementServer(b, e2e.ManagementServerOptions{})
 	bs := e2e.Bootstrap(b, e2e.BootstrapOptions{
@@ -223,10 +232,9 @@ func startImplServer(b *testing.B, impl xdsImpl, chains, vhosts, rbacPolicies in
 	}
 	done := make(chan struct{})
 	go func() { s.Serve(lis); close(done) }()
-	port := uint32(lis.Addr().(*net.TCPAddr).Port)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := ms.Update(ctx, e2e.Resources{Listeners: []*listenerpb.Listener{benchListener(port, chains, vhosts, rbacPolicies)}}); err != nil {
+	if err := ms.Update(ctx, e2e.Resources{Listeners: []*listenerpb.Listener{listener(lis.Addr())}}); err != nil {
 		b.Fatal(err)
 	}
 	select {
