@@ -139,9 +139,9 @@ func (s *Server) Listener(addr string) *Listener {
 	return &Listener{
 		s:          s,
 		addr:       lis,
-		attrs:      []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(lis))},
-		notServing: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(lis, attribute.String(AttrReason, ReasonNotServing)))},
-		noChain:    []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(lis, attribute.String(AttrReason, ReasonNoFilterChain)))},
+		attrs:      addWith(lis),
+		notServing: addWith(lis, attribute.String(AttrReason, ReasonNotServing)),
+		noChain:    addWith(lis, attribute.String(AttrReason, ReasonNoFilterChain)),
 	}
 }
 
@@ -199,32 +199,23 @@ func (l *Listener) RBAC(filter string) *RBAC {
 	if l == nil || l.s.rbac == nil {
 		return nil
 	}
-	f := attribute.String(AttrRBACFilter, filter)
-	return &RBAC{
-		c:       l.s.rbac,
-		allowed: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(l.addr, f, attribute.String(AttrRBACDecision, DecisionAllowed)))},
-		denied:  []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(l.addr, f, attribute.String(AttrRBACDecision, DecisionDenied)))},
-	}
+	return &RBAC{l.filterOutcomes(l.s.rbac, AttrRBACFilter, filter, AttrRBACDecision, DecisionAllowed, DecisionDenied)}
 }
 
 // RBAC records the decisions of one RBAC HTTP filter. Immutable.
-type RBAC struct {
-	c       metric.Int64Counter
-	allowed []metric.AddOption
-	denied  []metric.AddOption
-}
+type RBAC struct{ o filterOutcomes }
 
 // Allowed counts an RPC the filter let through.
 func (r *RBAC) Allowed(ctx context.Context) {
 	if r != nil {
-		r.c.Add(ctx, 1, r.allowed...)
+		r.o.add(ctx, r.o.first)
 	}
 }
 
 // Denied counts an RPC the filter refused.
 func (r *RBAC) Denied(ctx context.Context) {
 	if r != nil {
-		r.c.Add(ctx, 1, r.denied...)
+		r.o.add(ctx, r.o.second)
 	}
 }
 
@@ -235,32 +226,49 @@ func (l *Listener) LocalRateLimit(filter string) *LocalRateLimit {
 	if l == nil || l.s.limited == nil {
 		return nil
 	}
-	f := attribute.String(AttrLocalRateLimitFilter, filter)
-	return &LocalRateLimit{
-		c:        l.s.limited,
-		enforced: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(l.addr, f, attribute.String(AttrLocalRateLimitMode, ModeEnforced)))},
-		shadow:   []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(l.addr, f, attribute.String(AttrLocalRateLimitMode, ModeShadow)))},
-	}
+	return &LocalRateLimit{l.filterOutcomes(l.s.limited, AttrLocalRateLimitFilter, filter, AttrLocalRateLimitMode, ModeEnforced, ModeShadow)}
 }
 
 // LocalRateLimit records the RPCs one local rate limit filter found no
 // token for. Immutable.
-type LocalRateLimit struct {
-	c        metric.Int64Counter
-	enforced []metric.AddOption
-	shadow   []metric.AddOption
-}
+type LocalRateLimit struct{ o filterOutcomes }
 
 // Limited counts an RPC the filter refused.
 func (r *LocalRateLimit) Limited(ctx context.Context) {
 	if r != nil {
-		r.c.Add(ctx, 1, r.enforced...)
+		r.o.add(ctx, r.o.first)
 	}
 }
 
 // Shadowed counts an RPC the filter would have refused had it enforced.
 func (r *LocalRateLimit) Shadowed(ctx context.Context) {
 	if r != nil {
-		r.c.Add(ctx, 1, r.shadow...)
+		r.o.add(ctx, r.o.second)
 	}
+}
+
+// filterOutcomes is a counter of one HTTP filter's RPCs by one of two
+// outcomes, with the attribute sets of both made once. Immutable.
+type filterOutcomes struct {
+	c             metric.Int64Counter
+	first, second []metric.AddOption
+}
+
+// filterOutcomes returns the outcomes of the filter named filter (attribute
+// filterKey) on this listener, counted in c under attribute outcomeKey with
+// value first or second.
+func (l *Listener) filterOutcomes(c metric.Int64Counter, filterKey, filter, outcomeKey, first, second string) filterOutcomes {
+	f := attribute.String(filterKey, filter)
+	return filterOutcomes{
+		c:      c,
+		first:  addWith(l.addr, f, attribute.String(outcomeKey, first)),
+		second: addWith(l.addr, f, attribute.String(outcomeKey, second)),
+	}
+}
+
+func (o filterOutcomes) add(ctx context.Context, opts []metric.AddOption) { o.c.Add(ctx, 1, opts...) }
+
+// addWith is the option that records with exactly the attributes kvs.
+func addWith(kvs ...attribute.KeyValue) []metric.AddOption {
+	return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(kvs...))}
 }

@@ -251,8 +251,7 @@ func (l *Listener) TLSChain(chain string) *TLSChain {
 		attrs: metric.WithAttributeSet(attribute.NewSet(l.addr, c)),
 	}
 	for r := range numTLSResults {
-		tc.results[r] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(l.addr, c,
-			attribute.String(AttrTLSOutcome, r.Outcome()), attribute.String(AttrTLSResult, r.A118())))}
+		tc.results[r] = addWith(l.addr, c, attribute.String(AttrTLSOutcome, r.Outcome()), attribute.String(AttrTLSResult, r.A118()))
 	}
 	return tc
 }
