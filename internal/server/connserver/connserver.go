@@ -238,7 +238,7 @@ func (cs *ChainServer) Add(c net.Conn, src, dst netip.AddrPort, srv *grpc.Server
 	if cs.retired {
 		return nil
 	}
-	tc := &Conn{cs: cs, srv: srv, started: make(chan struct{})}
+	tc := &Conn{cs: cs, srv: srv, started: make(chan struct{}), served: make(chan struct{})}
 	tc.conn = newConn(c, cs.chain, src, dst, func() { cs.connClosed(tc) })
 	cs.conns[tc] = struct{}{}
 	return tc
@@ -387,7 +387,11 @@ const maxStartWait = time.Second
 // goroutine had not started when GracefulStop was called, so a drain waits
 // for that point. grpc-go (1.85) sets the connection's deadline (for the
 // handshake) right after that check, which is the signal used; closing the
-// connection counts as well. The embedded *conn keeps its methods
+// connection counts as well. A drain also waits until Serve has returned:
+// grpc.Server.Serve, once Stop or GracefulStop has begun, blocks until the
+// server is done, and Serve runs on the listener's accept goroutine, so a
+// GOAWAY sent before it returned would hold every new connection of the
+// listener until the drain ended. The embedded *conn keeps its methods
 // (ReadOnReady, ...) visible to gRPC; ChainSecurity is what the credentials
 // read.
 type Conn struct {
@@ -395,6 +399,7 @@ type Conn struct {
 	cs      *ChainServer  // immutable
 	srv     *grpc.Server  // immutable
 	started chan struct{} // closed once gRPC serves the conn, or it closed
+	served  chan struct{} // closed once Serve has returned
 	// startOnce closes started.
 	startOnce sync.Once
 	draining  bool      // guarded by cs.mu
@@ -419,16 +424,18 @@ func (c *Conn) SetDeadline(t time.Time) error {
 func (c *Conn) Serve() {
 	// The error only says that the one-connection listener is exhausted.
 	c.srv.Serve(&oneConnListener{c: c})
+	close(c.served)
 }
 
 // drain waits for delay, sends GOAWAY and waits for the connection's RPCs
 // to end, stopping its server when the drain grace time (if deadline) runs
 // out; a hard stop cuts every phase short. Before the GOAWAY it waits
 // (briefly) until gRPC has started serving the connection, so that it is
-// not closed unserved. The grace deadline is a timer, not a goroutine.
+// not closed unserved, and until Serve has returned, so that the accept
+// goroutine is not held. The grace deadline is a timer, not a goroutine.
 func (c *Conn) drain(delay time.Duration, deadline bool) {
 	g := c.cs.g
-	if !g.wait(c.started, maxStartWait) && !g.hardStop.HasFired() {
+	if !(g.wait(c.started, maxStartWait) && g.wait(c.served, maxStartWait)) && !g.hardStop.HasFired() {
 		g.opts.Log.Warningf("connection %v: gRPC did not start serving it within %v; draining anyway", c.Source(), maxStartWait)
 	}
 	if delay > 0 {
