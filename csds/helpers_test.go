@@ -3,7 +3,6 @@ package csds_test
 import (
 	"context"
 	"net"
-	"strings"
 	"testing"
 	"time"
 
@@ -51,7 +50,7 @@ type testEnv struct {
 func newTestEnv(t *testing.T) *testEnv {
 	t.Helper()
 	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
-	return newTestEnvFor(t, ms, "node-"+strings.ReplaceAll(t.Name(), "/", "-"))
+	return newTestEnvFor(t, ms, "node-"+testutils.RunName(t))
 }
 
 func newTestEnvFor(t *testing.T, ms *e2e.ManagementServer, nodeID string) *testEnv {

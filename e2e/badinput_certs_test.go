@@ -21,6 +21,7 @@ import (
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"google.golang.org/grpc/codes"
 
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 	"github.com/proxyless-grpc/xds/internal/testutils/testcerts"
 )
@@ -138,7 +139,7 @@ func TestBadInputCerts(t *testing.T) {
 				return b
 			}
 			ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
-			nodeID := "node-" + strings.ReplaceAll(t.Name(), "/", "-")
+			nodeID := "node-" + testutils.RunName(t)
 			env := &testEnv{ms: ms, nodeID: nodeID, bootstrap: e2e.Bootstrap(t, e2e.BootstrapOptions{
 				ServerURIs:                         []string{ms.Address},
 				NodeID:                             nodeID,

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/proxyless-grpc/xds"
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/chaosproxy"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 	"github.com/proxyless-grpc/xds/xdsclient"
@@ -63,7 +64,7 @@ func newChaosEnv(ctx context.Context, t *testing.T, expiry time.Duration) *chaos
 		t.Fatalf("chaosproxy.New: %v", err)
 	}
 	t.Cleanup(func() { proxy.Close() })
-	nodeID := "node-" + strings.ReplaceAll(t.Name(), "/", "-")
+	nodeID := "node-" + testutils.RunName(t)
 	env := &testEnv{
 		ms:     ms,
 		nodeID: nodeID,

@@ -17,7 +17,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -78,7 +77,7 @@ type testEnv struct {
 func newTestEnv(t *testing.T) *testEnv {
 	t.Helper()
 	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
-	nodeID := "node-" + strings.ReplaceAll(t.Name(), "/", "-")
+	nodeID := "node-" + testutils.RunName(t)
 	return &testEnv{
 		ms:     ms,
 		nodeID: nodeID,

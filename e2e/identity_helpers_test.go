@@ -134,7 +134,7 @@ func (p *spiffePKI) creds(leaf *testcerts.Leaf) grpc.DialOption {
 func newProvidersEnv(t *testing.T, providers map[string]json.RawMessage) *testEnv {
 	t.Helper()
 	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
-	nodeID := "node-" + strings.ReplaceAll(t.Name(), "/", "-")
+	nodeID := "node-" + testutils.RunName(t)
 	return &testEnv{ms: ms, nodeID: nodeID, bootstrap: e2e.Bootstrap(t, e2e.BootstrapOptions{
 		ServerURIs:                         []string{ms.Address},
 		NodeID:                             nodeID,
@@ -352,7 +352,7 @@ func newJWTEnv(t *testing.T) *jwtEnv {
 		grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert.TLS}, MinVersion: tls.VersionTLS12})),
 		grpc.StreamInterceptor(e.checker.intercept),
 	}})
-	nodeID := "node-" + strings.ReplaceAll(t.Name(), "/", "-")
+	nodeID := "node-" + testutils.RunName(t)
 	e.testEnv = &testEnv{ms: ms, nodeID: nodeID}
 	e.bootstrap = e.bootstrapJSON(t, nodeID, true)
 	return e

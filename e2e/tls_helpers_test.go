@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,6 +27,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/proxyless-grpc/xds"
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 	"github.com/proxyless-grpc/xds/internal/testutils/testcerts"
 )
@@ -85,7 +85,7 @@ func (p *testPKI) providers(refresh time.Duration) map[string]json.RawMessage {
 func newTLSTestEnv(t *testing.T, pki *testPKI, refresh time.Duration) *testEnv {
 	t.Helper()
 	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
-	nodeID := "node-" + strings.ReplaceAll(t.Name(), "/", "-")
+	nodeID := "node-" + testutils.RunName(t)
 	return &testEnv{
 		ms:     ms,
 		nodeID: nodeID,

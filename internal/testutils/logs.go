@@ -121,3 +121,23 @@ func (l *Logs) ErrorDepth(_ int, args ...any) { l.add("E", args...) }
 func (l *Logs) FatalDepth(_ int, args ...any) { panic(fmt.Sprint(args...)) }
 
 var _ grpclog.DepthLoggerV2 = (*Logs)(nil)
+
+var (
+	runNamesMu sync.Mutex
+	runNames   = map[string]int{}
+)
+
+// RunName returns t's name with "/" replaced by "-", made unique in the
+// test binary: a test run again (go test -count N) gets "-2", "-3", and so
+// on. Tests pick their lines of the process-wide log by names such as an
+// xDS node ID built from it, which must not match an earlier run's lines.
+func RunName(t testing.TB) string {
+	name := strings.ReplaceAll(t.Name(), "/", "-")
+	runNamesMu.Lock()
+	defer runNamesMu.Unlock()
+	runNames[name]++
+	if n := runNames[name]; n > 1 {
+		return fmt.Sprintf("%s-%d", name, n)
+	}
+	return name
+}

@@ -79,7 +79,7 @@ func newTestEnv(t *testing.T, o envOptions) *testEnv {
 	}
 	cfg, err := bootstrap.Parse(e2e.Bootstrap(t, e2e.BootstrapOptions{
 		ServerURIs:                         []string{env.mgmt.Address},
-		NodeID:                             "node-" + t.Name(),
+		NodeID:                             "node-" + testutils.RunName(t),
 		ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
 	}))
 	if err != nil {

@@ -37,12 +37,15 @@ type env struct {
 	h       *rds.Handler
 	ser     *syncutil.CallbackSerializer
 	answers chan struct{} // one per OnAnswer
+	logTag  string        // in each line the handler logs, "[rds <run name>]"
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := &env{ms: e2e.StartManagementServer(t, e2e.ManagementServerOptions{}), ser: syncutil.NewCallbackSerializer(), answers: make(chan struct{}, 100)}
-	cfg, err := bootstrap.Parse(e2e.Bootstrap(t, e2e.BootstrapOptions{ServerURIs: []string{e.ms.Address}, NodeID: "node-" + t.Name()}))
+	name := testutils.RunName(t)
+	e.logTag = "[rds " + name + "]"
+	cfg, err := bootstrap.Parse(e2e.Bootstrap(t, e2e.BootstrapOptions{ServerURIs: []string{e.ms.Address}, NodeID: "node-" + name}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +64,7 @@ func newEnv(t *testing.T) *env {
 			}, onDone)
 		},
 		OnAnswer: func() { e.answers <- struct{}{} },
-		Log:      serverlog.New("[rds %s]", t.Name()),
+		Log:      serverlog.New("[rds %s]", name),
 	})
 	t.Cleanup(func() {
 		e.do(t, e.h.Close)
@@ -201,10 +204,10 @@ func TestConfigErrorLogging(t *testing.T) {
 		}
 		e.waitAnswer(ctx, t)
 	}
-	if n := logs.Count("W", "configuration error:", `"`+name+`"`, "non_forwarding_action"); n != 1 {
-		t.Errorf("%d configuration error warnings, want 1: %q", n, logs.Matching(name))
+	if n := logs.Count("W", e.logTag, "configuration error:", `"`+name+`"`, "non_forwarding_action"); n != 1 {
+		t.Errorf("%d configuration error warnings, want 1: %q", n, logs.Matching(e.logTag))
 	}
-	if n := logs.Count("W", "configuration error fixed", `"`+name+`"`); n != 1 {
-		t.Errorf("%d 'fixed' warnings, want 1: %q", n, logs.Matching(name))
+	if n := logs.Count("W", e.logTag, "configuration error fixed", `"`+name+`"`); n != 1 {
+		t.Errorf("%d 'fixed' warnings, want 1: %q", n, logs.Matching(e.logTag))
 	}
 }
