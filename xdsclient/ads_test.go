@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -294,5 +295,47 @@ func TestDecodePrevious(t *testing.T) {
 	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{v3}})
 	if p, ok := next().(listenerData); !ok || !proto.Equal(p.l, v2) {
 		t.Errorf("decode after a deletion got Previous %v, want v2", p)
+	}
+}
+
+// TestDecodeSkippedForSameBytes: a resource re-added after a deletion with
+// the bytes of the last accepted value is not decoded again, and the
+// watcher gets that value itself; other bytes are decoded.
+func TestDecodeSkippedForSameBytes(t *testing.T) {
+	ctx := testContext(t)
+	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
+	var decodes atomic.Int32
+	rt := &xdsclient.ResourceType{
+		TypeURL:                    listenerURL,
+		TypeName:                   "Listener",
+		AllResourcesRequiredInSotW: true,
+		Decode: func(in xdsclient.DecodeInput) (string, xdsclient.ResourceData, error) {
+			decodes.Add(1)
+			return listenerType.Decode(in)
+		},
+	}
+	c := newClient(t, e2e.BootstrapOptions{ServerURIs: []string{ms.Address}}, xdsclient.Options{ResourceTypes: []*xdsclient.ResourceType{rt}})
+	w := newTestWatcher()
+	defer c.WatchResource(rt, "lis", w)()
+	v1, v2 := testListener("lis", 1), testListener("lis", 2)
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{v1}})
+	first := w.next(ctx, t)
+	if first.kind != "data" {
+		t.Fatalf("got callback %s (%v), want ResourceChanged", first.kind, first.err)
+	}
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{}})
+	w.wantError(ctx, t, "error", xdsclient.KindDoesNotExist)
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{v1}})
+	again := w.next(ctx, t)
+	if again.kind != "data" || again.data.(listenerData).l != first.data.(listenerData).l {
+		t.Errorf("re-added with the same bytes: got %s %v, want the first value itself", again.kind, again.data)
+	}
+	if n := decodes.Load(); n != 1 {
+		t.Errorf("%d decodes after the same bytes were re-added, want 1", n)
+	}
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{v2}})
+	w.wantData(ctx, t, v2)
+	if n := decodes.Load(); n != 2 {
+		t.Errorf("%d decodes after other bytes, want 2", n)
 	}
 }

@@ -49,12 +49,15 @@ type resourceState struct {
 	status ResourceStatus
 	data   ResourceData // last accepted value; nil if none
 	// decoded is the last value decoded for the resource, kept after a
-	// deletion, handed to the next decode as DecodeInput.Previous.
-	decoded     ResourceData
-	raw         *anypb.Any  // data as received
-	from        *xdsChannel // the channel data came from
-	version     string      // version_info of the response that carried data
-	lastUpdated time.Time
+	// deletion, handed to the next decode as DecodeInput.Previous, and
+	// reused for the same bytes (decodedRaw) from the same server.
+	decoded       ResourceData
+	decodedRaw    *anypb.Any
+	decodedServer *bootstrap.ServerConfig
+	raw           *anypb.Any  // data as received
+	from          *xdsChannel // the channel data came from
+	version       string      // version_info of the response that carried data
+	lastUpdated   time.Time
 	// errState is the last failed update (UpdateErrorState): set by a
 	// NACKed response that carried the resource, valid or not, and by a
 	// server-sent error; cleared by an accepted response carrying it.

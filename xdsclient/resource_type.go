@@ -31,7 +31,11 @@ type ResourceType struct {
 	// An error with an empty name is reported in the NACK only.
 	//
 	// Decode is called on the client's serializer, one resource at a time;
-	// it must not block and must not call back into the client.
+	// it must not block and must not call back into the client. Its result
+	// must depend only on its input: the client does not call it again for
+	// a resource whose bytes are those of the last value it accepted for
+	// that name from the same management server (a re-send on a new
+	// stream, a re-add after a deletion), and reuses that value.
 	Decode func(in DecodeInput) (name string, data ResourceData, err error)
 }
 

@@ -1,6 +1,7 @@
 package xdsclient
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -108,15 +109,13 @@ func (c *Client) nack(ch *xdsChannel, ts *typeState, typeURL string, resp *disco
 func (c *Client) decodeAll(ch *xdsChannel, rt *ResourceType, resp *discoverypb.DiscoveryResponse) (results map[string]decoded, valid int, errs []string, unnamed bool) {
 	results = make(map[string]decoded, len(resp.GetResources()))
 	for i, raw := range resp.GetResources() {
-		var prev ResourceData
+		var s *resourceState
 		if name, ok := peekName(raw); ok {
-			s := ch.watched(rt.TypeURL, canonicalOrEmpty(name))
-			if s == nil {
+			if s = ch.watched(rt.TypeURL, canonicalOrEmpty(name)); s == nil {
 				continue
 			}
-			prev = s.decoded
 		}
-		name, d := c.decodeOne(ch, rt, raw, prev)
+		name, d := c.decodeOne(ch, rt, raw, s)
 		if name == "" {
 			errs = append(errs, fmt.Sprintf("resource %d: %v", i, d.err))
 			unnamed = true
@@ -135,9 +134,11 @@ func (c *Client) decodeAll(ch *xdsChannel, rt *ResourceType, resp *discoverypb.D
 	return results, valid, errs, unnamed
 }
 
-// decodeOne decodes one resource; name is canonical, or "" if unknown.
-// Only called from serializer callbacks.
-func (c *Client) decodeOne(ch *xdsChannel, rt *ResourceType, raw *anypb.Any, prev ResourceData) (string, decoded) {
+// decodeOne decodes one resource; name is canonical, or "" if unknown. s
+// is the state of the resource's peeked name, if any: its last decoded
+// value is DecodeInput.Previous, and is reused as it is when the bytes are
+// the ones it was decoded from. Only called from serializer callbacks.
+func (c *Client) decodeOne(ch *xdsChannel, rt *ResourceType, raw *anypb.Any, s *resourceState) (string, decoded) {
 	wrapperName := ""
 	if raw.GetTypeUrl() == resourceWrapperURL {
 		w := &discoverypb.Resource{}
@@ -149,6 +150,13 @@ func (c *Client) decodeOne(ch *xdsChannel, rt *ResourceType, raw *anypb.Any, pre
 	if raw.GetTypeUrl() != rt.TypeURL {
 		err := fmt.Errorf("type %q in a response of type %q", raw.GetTypeUrl(), rt.TypeURL)
 		return canonicalOrEmpty(wrapperName), decoded{err: err}
+	}
+	var prev ResourceData
+	if s != nil && s.decoded != nil {
+		if s.decodedServer == ch.server && bytes.Equal(s.decodedRaw.GetValue(), raw.GetValue()) {
+			return s.name, decoded{data: s.decoded, raw: raw}
+		}
+		prev = s.decoded
 	}
 	name, data, err := rt.Decode(DecodeInput{Resource: raw, Bootstrap: c.cfg, Server: ch.server, Previous: prev})
 	if name == "" {
@@ -207,7 +215,7 @@ func (c *Client) applyGood(s *resourceState, u update, d decoded) {
 		logger.Infof("xdsclient: %s resource %q is back after its deletion was ignored [xds node id %q]", s.rt.TypeName, s.name, c.nodeID)
 		s.ignored = false
 	}
-	s.decoded = d.data
+	s.decoded, s.decodedRaw, s.decodedServer = d.data, d.raw, u.ch.server
 	changed := s.data == nil || !s.data.Equal(d.data)
 	s.status, s.errState, s.lastErr = StatusACKed, u.rejected, nil
 	s.version, s.raw, s.lastUpdated, s.from = u.version, d.raw, u.now, u.ch

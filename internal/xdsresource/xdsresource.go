@@ -103,14 +103,9 @@ func sameResource(a, b *anypb.Any, newMsg func() proto.Message) bool {
 // decodeListener decodes and validates a Listener. The filter chains whose
 // bytes are the same as in the previous version of the Listener (the
 // client's DecodeInput.Previous) are reused as compiled then, not decoded
-// again.
+// again. (A Listener whose bytes are all the previous version's is not
+// decoded at all: the client reuses the previous value.)
 func decodeListener(in xdsclient.DecodeInput) (string, xdsclient.ResourceData, error) {
-	// The same bytes as the previous version (a Listener re-added after a
-	// deletion, or re-sent on a new ADS stream) compile to the same table:
-	// tables are immutable, so it is shared.
-	if p, ok := in.Previous.(*Listener); ok && bytes.Equal(p.raw.GetValue(), in.Resource.GetValue()) {
-		return p.Name, &Listener{Name: p.Name, Table: p.Table, raw: in.Resource}, nil
-	}
 	raw, err := filterchain.Split(in.Resource.GetValue())
 	if err != nil {
 		return "", nil, fmt.Errorf("xdsresource: malformed Listener: %w", err)
