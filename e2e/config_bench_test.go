@@ -9,7 +9,6 @@ import (
 	"time"
 
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 )
@@ -43,25 +42,10 @@ func BenchmarkConfigPush(b *testing.B) {
 
 func benchConfigPush(b *testing.B, impl xdsImpl, chains, rbacPolicies int) {
 	ms := e2e.StartManagementServer(b, e2e.ManagementServerOptions{})
-	bs := e2e.Bootstrap(b, e2e.BootstrapOptions{
-		ServerURIs:                         []string{ms.Address},
-		NodeID:                             "bench-config-" + impl.name,
-		ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
-	})
 	modes := make(chan bool, 16)
-	s, err := impl.newServer(bs, func(up bool) { modes <- up })
-	if err != nil {
-		b.Fatal(err)
-	}
-	testgrpc.RegisterTestServiceServer(s, testService{})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { s.Serve(lis); close(done) }()
-	defer func() { s.Stop(); <-done }()
-	l := benchListener(uint32(lis.Addr().(*net.TCPAddr).Port), chains, 1, rbacPolicies)
+	addr, stop := serveBench(b, impl, ms, "bench-config-"+impl.name, func(up bool) { modes <- up })
+	defer stop()
+	l := benchListener(uint32(addr.(*net.TCPAddr).Port), chains, 1, rbacPolicies)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -119,24 +103,9 @@ func benchFleetPush(b *testing.B, impl xdsImpl, n int) {
 	modes := make(chan bool, 4*n)
 	var listeners []*listenerpb.Listener
 	for i := range n {
-		bs := e2e.Bootstrap(b, e2e.BootstrapOptions{
-			ServerURIs:                         []string{ms.Address},
-			NodeID:                             fmt.Sprintf("fleet-%s-%d", impl.name, i),
-			ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
-		})
-		s, err := impl.newServer(bs, func(up bool) { modes <- up })
-		if err != nil {
-			b.Fatal(err)
-		}
-		testgrpc.RegisterTestServiceServer(s, testService{})
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		done := make(chan struct{})
-		go func() { s.Serve(lis); close(done) }()
-		b.Cleanup(func() { s.Stop(); <-done })
-		listeners = append(listeners, benchListener(uint32(lis.Addr().(*net.TCPAddr).Port), 1, 1, 10))
+		addr, stop := serveBench(b, impl, ms, fmt.Sprintf("fleet-%s-%d", impl.name, i), func(up bool) { modes <- up })
+		b.Cleanup(stop)
+		listeners = append(listeners, benchListener(uint32(addr.(*net.TCPAddr).Port), 1, 1, 10))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -210,18 +210,38 @@ func startImplServer(b *testing.B, impl xdsImpl, chains, vhosts, rbacPolicies in
 func startBenchServer(b *testing.B, impl xdsImpl, listener func(net.Addr) *listenerpb.Listener) benchServer {
 	b.Helper()
 	ms := e2e.StartManagementServer(b, e2e.ManagementServerOptions{})
-	bs := e2e.Bootstrap(b, e2e.BootstrapOptions{
-		ServerURIs:                         []string{ms.Address},
-		NodeID:                             "bench-" + impl.name,
-		ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
-	})
 	serving := make(chan struct{})
 	var once sync.Once
-	s, err := impl.newServer(bs, func(up bool) {
+	addr, stop := serveBench(b, impl, ms, "bench-"+impl.name, func(up bool) {
 		if up {
 			once.Do(func() { close(serving) })
 		}
 	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := ms.Update(ctx, e2e.Resources{Listeners: []*listenerpb.Listener{listener(addr)}}); err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case <-serving:
+	case <-ctx.Done():
+		b.Fatal("xDS server did not start serving")
+	}
+	return benchServer{addr: addr.String(), stop: stop}
+}
+
+// serveBench starts a server of impl, with the test service, whose
+// bootstrap points at ms with nodeID, serving a new loopback port whose
+// address it returns; onMode receives its serving-mode changes. stop stops
+// it and waits for Serve to return.
+func serveBench(b *testing.B, impl xdsImpl, ms *e2e.ManagementServer, nodeID string, onMode func(up bool)) (addr net.Addr, stop func()) {
+	b.Helper()
+	bs := e2e.Bootstrap(b, e2e.BootstrapOptions{
+		ServerURIs:                         []string{ms.Address},
+		NodeID:                             nodeID,
+		ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
+	})
+	s, err := impl.newServer(bs, onMode)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -232,17 +252,7 @@ func startBenchServer(b *testing.B, impl xdsImpl, listener func(net.Addr) *liste
 	}
 	done := make(chan struct{})
 	go func() { s.Serve(lis); close(done) }()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := ms.Update(ctx, e2e.Resources{Listeners: []*listenerpb.Listener{listener(lis.Addr())}}); err != nil {
-		b.Fatal(err)
-	}
-	select {
-	case <-serving:
-	case <-ctx.Done():
-		b.Fatal("xDS server did not start serving")
-	}
-	return benchServer{addr: lis.Addr().String(), stop: func() { s.Stop(); <-done }}
+	return lis.Addr(), func() { s.Stop(); <-done }
 }
 
 // cpuTime returns the CPU time (user + system) this process has used.
