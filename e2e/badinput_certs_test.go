@@ -130,14 +130,6 @@ func TestBadInputCerts(t *testing.T) {
 			pki := newTestPKI(t)
 			dir := t.TempDir()
 			cert, key := tc.files(t, pki, dir)
-			fw := func(cfg map[string]string) json.RawMessage {
-				cfg["refresh_interval"] = "0.05s"
-				b, err := json.Marshal(map[string]any{"plugin_name": "file_watcher", "config": cfg})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return b
-			}
 			ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
 			nodeID := "node-" + testutils.RunName(t)
 			env := &testEnv{ms: ms, nodeID: nodeID, bootstrap: e2e.Bootstrap(t, e2e.BootstrapOptions{
@@ -145,8 +137,8 @@ func TestBadInputCerts(t *testing.T) {
 				NodeID:                             nodeID,
 				ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
 				CertificateProviders: map[string]json.RawMessage{
-					instServer: fw(map[string]string{"certificate_file": cert, "private_key_file": key}),
-					instRoots:  fw(map[string]string{"ca_certificate_file": pki.serverFiles.CA}),
+					instServer: fileWatcher(map[string]string{"certificate_file": cert, "private_key_file": key}, 50*time.Millisecond),
+					instRoots:  fileWatcher(map[string]string{"ca_certificate_file": pki.serverFiles.CA}, 50*time.Millisecond),
 				},
 			})}
 			lis, _ := listen(t, "127.0.0.1")

@@ -109,18 +109,10 @@ func (p *spiffePKI) client(t *testing.T, signer string, uris ...string) *testcer
 // providers returns the bootstrap's certificate_providers: the server's
 // identity, instSPIFFE and instSPIFFEOnly, refreshed every refresh.
 func (p *spiffePKI) providers(refresh time.Duration) map[string]json.RawMessage {
-	fw := func(cfg map[string]string) json.RawMessage {
-		cfg["refresh_interval"] = fmt.Sprintf("%.3fs", refresh.Seconds())
-		b, err := json.Marshal(map[string]any{"plugin_name": "file_watcher", "config": cfg})
-		if err != nil {
-			panic(err)
-		}
-		return b
-	}
 	return map[string]json.RawMessage{
-		instServer:     fw(map[string]string{"certificate_file": p.serverFiles.Cert, "private_key_file": p.serverFiles.Key}),
-		instSPIFFE:     fw(map[string]string{"spiffe_trust_bundle_map_file": p.mapFile, "ca_certificate_file": p.decoyCA}),
-		instSPIFFEOnly: fw(map[string]string{"spiffe_trust_bundle_map_file": p.mapFile}),
+		instServer:     fileWatcher(map[string]string{"certificate_file": p.serverFiles.Cert, "private_key_file": p.serverFiles.Key}, refresh),
+		instSPIFFE:     fileWatcher(map[string]string{"spiffe_trust_bundle_map_file": p.mapFile, "ca_certificate_file": p.decoyCA}, refresh),
+		instSPIFFEOnly: fileWatcher(map[string]string{"spiffe_trust_bundle_map_file": p.mapFile}, refresh),
 	}
 }
 

@@ -1,8 +1,6 @@
 package e2e_test
 
 import (
-	"encoding/json"
-	"fmt"
 	"net"
 	"path/filepath"
 	"testing"
@@ -31,7 +29,7 @@ func TestIdentityTLSMetrics(t *testing.T) {
 	providers := pki.providers(refresh)
 	caFile := filepath.Join(t.TempDir(), "a-root.pem")
 	testcerts.WriteFile(t, caFile, pki.domains["a.test"].PEM)
-	providers["ca-roots"] = json.RawMessage(fmt.Sprintf(`{"plugin_name": "file_watcher", "config": {"ca_certificate_file": %q, "refresh_interval": "0.05s"}}`, caFile))
+	providers["ca-roots"] = fileWatcher(map[string]string{"ca_certificate_file": caFile}, refresh)
 	env := newProvidersEnv(t, providers)
 	mr := testutils.NewMetricReader(t)
 	chains := []tlsChain{

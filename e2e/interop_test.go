@@ -63,19 +63,12 @@ func TestCredsInteropWithGRPCGoClient(t *testing.T) {
 	// The client: its certificate, its bootstrap, its resources.
 	client := pki.ca.Issue(t, testcerts.LeafOptions{CommonName: "grpc-go-client", URIs: []string{"spiffe://test.example/grpc-go"}})
 	files := testcerts.WriteFiles(t, t.TempDir(), client, pki.ca.PEM)
-	provider := func(cfg map[string]string) json.RawMessage {
-		b, err := json.Marshal(map[string]any{"plugin_name": "file_watcher", "config": cfg})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
 	clientBootstrap := e2e.Bootstrap(t, e2e.BootstrapOptions{
 		ServerURIs: []string{env.ms.Address},
 		NodeID:     env.nodeID + "-client",
 		CertificateProviders: map[string]json.RawMessage{
-			"client-identity": provider(map[string]string{"certificate_file": files.Cert, "private_key_file": files.Key, "refresh_interval": "600s"}),
-			"client-roots":    provider(map[string]string{"ca_certificate_file": files.CA, "refresh_interval": "600s"}),
+			"client-identity": fileWatcher(map[string]string{"certificate_file": files.Cert, "private_key_file": files.Key, "refresh_interval": "600s"}, 0),
+			"client-roots":    fileWatcher(map[string]string{"ca_certificate_file": files.CA, "refresh_interval": "600s"}, 0),
 		},
 	})
 	host, port := hostPort(addr)

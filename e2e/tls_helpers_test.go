@@ -63,20 +63,26 @@ func (p *testPKI) rotateServerCert(t *testing.T) *testcerts.Leaf {
 	return leaf
 }
 
+// fileWatcher is a bootstrap certificate_providers entry of the file_watcher
+// plugin with cfg, re-reading its files every refresh (0: the plugin's
+// default).
+func fileWatcher(cfg map[string]string, refresh time.Duration) json.RawMessage {
+	if refresh > 0 {
+		cfg["refresh_interval"] = fmt.Sprintf("%.3fs", refresh.Seconds())
+	}
+	b, err := json.Marshal(map[string]any{"plugin_name": "file_watcher", "config": cfg})
+	if err != nil {
+		panic(err) // a map of strings always marshals
+	}
+	return b
+}
+
 // providers returns the bootstrap certificate_providers: instServer (the
 // server's files) and instRoots (the CA file), each refreshed every refresh.
 func (p *testPKI) providers(refresh time.Duration) map[string]json.RawMessage {
-	fw := func(cfg map[string]string) json.RawMessage {
-		cfg["refresh_interval"] = fmt.Sprintf("%.3fs", refresh.Seconds())
-		b, err := json.Marshal(map[string]any{"plugin_name": "file_watcher", "config": cfg})
-		if err != nil {
-			panic(err)
-		}
-		return b
-	}
 	return map[string]json.RawMessage{
-		instServer: fw(map[string]string{"certificate_file": p.serverFiles.Cert, "private_key_file": p.serverFiles.Key}),
-		instRoots:  fw(map[string]string{"ca_certificate_file": p.serverFiles.CA}),
+		instServer: fileWatcher(map[string]string{"certificate_file": p.serverFiles.Cert, "private_key_file": p.serverFiles.Key}, refresh),
+		instRoots:  fileWatcher(map[string]string{"ca_certificate_file": p.serverFiles.CA}, refresh),
 	}
 }
 
