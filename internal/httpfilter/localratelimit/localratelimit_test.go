@@ -28,6 +28,15 @@ import (
 
 func TestMain(m *testing.M) { testutils.VerifyNoLeaks(m) }
 
+// parseAs parses m as the filter's config, or as a per-route override.
+func parseAs(t *testing.T, m *localratelimitpb.LocalRateLimit, perRoute bool) (httpfilter.Config, error) {
+	t.Helper()
+	if perRoute {
+		return Filter{}.ParseOverride(raw(t, m))
+	}
+	return Filter{}.ParseConfig(raw(t, m))
+}
+
 func all() *corepb.RuntimeFractionalPercent {
 	return &corepb.RuntimeFractionalPercent{DefaultValue: &typepb.FractionalPercent{Numerator: 100}}
 }
@@ -129,11 +138,7 @@ func TestParseErrors(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			m := good()
 			tc.mutate(m)
-			parseFn := Filter{}.ParseConfig
-			if tc.perRoute {
-				parseFn = Filter{}.ParseOverride
-			}
-			_, err := parseFn(raw(t, m))
+			_, err := parseAs(t, m, tc.perRoute)
 			if err == nil {
 				t.Fatalf("parse succeeded, want an error mentioning %q", tc.want)
 			}
@@ -188,11 +193,7 @@ func TestParse(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			m := good()
 			tc.mutate(m)
-			parseFn := Filter{}.ParseConfig
-			if tc.perRoute {
-				parseFn = Filter{}.ParseOverride
-			}
-			cfg, err := parseFn(raw(t, m))
+			cfg, err := parseAs(t, m, tc.perRoute)
 			if err != nil {
 				t.Fatalf("parse: %v", err)
 			}
