@@ -72,6 +72,13 @@ func routesOf(t testing.TB, rc *routepb.RouteConfiguration, hcm *filterchain.HTT
 	return rpcpath.NewRoutes(r, hcm, obs)
 }
 
+// filterTap returns the connection tap of a chain with hcm's filters over
+// the default routes, for a listener of its own.
+func filterTap(t testing.TB, hcm *filterchain.HTTPConnectionManager, p *httpfilter.Parser) tap.ServerInHandle {
+	t.Helper()
+	return rpcpath.ConnTap(rpcpath.NewChain("fc", hcm, rpcpath.NewSource(routesOf(t, e2e.DefaultRouteConfig("rc"), hcm, p, &rpcpath.ListenerShared{}))))
+}
+
 func codesOf(h tap.ServerInHandle, n int, method string) []codes.Code {
 	var out []codes.Code
 	for range n {
@@ -165,14 +172,7 @@ func TestTapPerConnection(t *testing.T) {
 func TestTapRateLimitAllocs(t *testing.T) {
 	for _, perConn := range []bool{false, true} {
 		hcm, p := hcmWith(t, fmt.Sprintf("%s-%v", t.Name(), perConn), rateLimit("p", 1<<30, perConn))
-		h := rpcpath.ConnTap(rpcpath.NewChain("fc", hcm, rpcpath.NewSource(routesOf(t, e2e.DefaultRouteConfig("rc"), hcm, p, &rpcpath.ListenerShared{}))))
-		ctx := peerContext()
-		info := tapInfo("svc", "/pkg.S/M")
-		if n := testing.AllocsPerRun(100, func() {
-			if _, err := h(ctx, info); err != nil {
-				t.Fatal(err)
-			}
-		}); n != 0 {
+		if n := allowedAllocs(t, filterTap(t, hcm, p), peerContext()); n != 0 {
 			t.Errorf("per connection %v: the tap allocates %v times per allowed RPC, want 0", perConn, n)
 		}
 	}
@@ -182,7 +182,7 @@ func BenchmarkTapRateLimit(b *testing.B) {
 	for _, perConn := range []bool{false, true} {
 		b.Run(fmt.Sprintf("perConnection=%v", perConn), func(b *testing.B) {
 			hcm, p := hcmWith(b, fmt.Sprintf("bench-%v", perConn), rateLimit("p", 1<<31, perConn))
-			h := rpcpath.ConnTap(rpcpath.NewChain("fc", hcm, rpcpath.NewSource(routesOf(b, e2e.DefaultRouteConfig("rc"), hcm, p, &rpcpath.ListenerShared{}))))
+			h := filterTap(b, hcm, p)
 			ctx := peerContext()
 			info := tapInfo("svc", "/pkg.S/M")
 			b.ReportAllocs()
@@ -227,7 +227,7 @@ func BenchmarkTapFault(b *testing.B) {
 		Delay: &faultcommonpb.FaultDelay{FaultDelaySecifier: &faultcommonpb.FaultDelay_HeaderDelay_{HeaderDelay: &faultcommonpb.FaultDelay_HeaderDelay{}}, Percentage: &typepb.FractionalPercent{Numerator: 100}},
 	}
 	hcm, p := hcmWith(b, "fault", cfg)
-	h := rpcpath.ConnTap(rpcpath.NewChain("fc", hcm, rpcpath.NewSource(routesOf(b, e2e.DefaultRouteConfig("rc"), hcm, p, &rpcpath.ListenerShared{}))))
+	h := filterTap(b, hcm, p)
 	ctx := peerContext()
 	info := tapInfo("svc", "/pkg.S/M")
 	b.ReportAllocs()

@@ -12,8 +12,6 @@ import (
 	rbacconfigpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
-	routerpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
-	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	matcherpb "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -26,7 +24,6 @@ import (
 
 	"github.com/proxyless-grpc/xds/filterchain"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
-	"github.com/proxyless-grpc/xds/internal/httpfilter/builtin"
 	"github.com/proxyless-grpc/xds/internal/routing"
 	"github.com/proxyless-grpc/xds/internal/server/rpcpath"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
@@ -47,6 +44,18 @@ func tapOf(t testing.TB, hcm *filterchain.HTTPConnectionManager, rc *routepb.Rou
 		t.Fatal(err)
 	}
 	return rpcpath.Tap("fc", rpcpath.NewSource(rpcpath.NewRoutes(r, hcm, nil)))
+}
+
+// allowedAllocs returns the allocations of one call of h for an RPC it
+// lets through, failing t if it refuses it.
+func allowedAllocs(t *testing.T, h tap.ServerInHandle, ctx context.Context) float64 {
+	t.Helper()
+	info := tapInfo("svc", "/pkg.S/M")
+	return testing.AllocsPerRun(100, func() {
+		if _, err := h(ctx, info); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 func tapInfo(authority, method string) *tap.Info {
@@ -109,13 +118,7 @@ func TestSourceSwap(t *testing.T) {
 // TestTapAllocs: an RPC that is let through costs the tap no allocation.
 func TestTapAllocs(t *testing.T) {
 	h := tapOf(t, routerOnly, e2e.DefaultRouteConfig("rc"), nil, nil)
-	info := tapInfo("svc", "/pkg.S/M")
-	ctx := context.Background()
-	if n := testing.AllocsPerRun(100, func() {
-		if _, err := h(ctx, info); err != nil {
-			t.Fatal(err)
-		}
-	}); n != 0 {
+	if n := allowedAllocs(t, h, context.Background()); n != 0 {
 		t.Errorf("tap allocates %v times per RPC, want 0", n)
 	}
 }
@@ -160,15 +163,8 @@ func rbacN(n int) *rbacpb.RBAC {
 // its steps precomputed as when a Listener is applied.
 func rbacTap(t testing.TB, cfg *rbacpb.RBAC, rc *routepb.RouteConfiguration) tap.ServerInHandle {
 	t.Helper()
-	p := httpfilter.NewParser(builtin.Registry)
-	filters, err := p.HTTPFilters([]*hcmpb.HttpFilter{
-		{Name: "rbac", ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: mustAny(t, cfg)}},
-		{Name: "router", ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: mustAny(t, &routerpb.Router{})}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tapOf(t, &filterchain.HTTPConnectionManager{Filters: filters}, rc, p, nil)
+	hcm, p := hcmWith(t, "rbac", cfg)
+	return tapOf(t, hcm, rc, p, nil)
 }
 
 func peerContext() context.Context {
@@ -217,13 +213,7 @@ func TestTapRBAC(t *testing.T) {
 // allocation.
 func TestTapRBACAllocs(t *testing.T) {
 	h := rbacTap(t, rbacN(10), e2e.DefaultRouteConfig("rc"))
-	ctx := peerContext()
-	info := tapInfo("svc", "/pkg.S/M")
-	if n := testing.AllocsPerRun(100, func() {
-		if _, err := h(ctx, info); err != nil {
-			t.Fatal(err)
-		}
-	}); n != 0 {
+	if n := allowedAllocs(t, h, peerContext()); n != 0 {
 		t.Errorf("tap with a 10-policy RBAC filter allocates %v times per RPC, want 0", n)
 	}
 }
