@@ -14,6 +14,7 @@ import (
 	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/proxyless-grpc/xds/filterchain"
+	"github.com/proxyless-grpc/xds/internal/httpfilter"
 )
 
 // This file turns configuration into words for people. Nothing here decides
@@ -74,16 +75,17 @@ func describeMatch(m *listenerpb.FilterChainMatch, isDefault bool) []string {
 	return out
 }
 
+// cidrList lists the prefixes as the server matches them (an absent
+// prefix_len is 0: every address).
 func cidrList(rs []*corepb.CidrRange) string {
 	s := make([]string, len(rs))
 	for i, r := range rs {
-		plen := "32"
-		if r.GetPrefixLen() != nil {
-			plen = strconv.FormatUint(uint64(r.GetPrefixLen().GetValue()), 10)
-		} else if strings.Contains(r.GetAddressPrefix(), ":") {
-			plen = "128"
+		p, err := filterchain.CIDRPrefix(r)
+		if err != nil { // not in an applied Listener: it would have been NACKed
+			s[i] = strconv.Quote(r.GetAddressPrefix())
+			continue
 		}
-		s[i] = r.GetAddressPrefix() + "/" + plen
+		s[i] = p.String()
 	}
 	return strings.Join(s, " or ")
 }
@@ -285,14 +287,12 @@ func describeString(m *matcherpb.StringMatcher) string {
 	}
 }
 
-// fraction is a runtime fraction as a percentage.
+// fraction is a runtime fraction as a percentage, as the server applies it
+// (a numerator above the denominator is 100%).
 func fraction(f *typepb.FractionalPercent) string {
-	den := 100.0
-	switch f.GetDenominator() {
-	case typepb.FractionalPercent_TEN_THOUSAND:
-		den = 10_000
-	case typepb.FractionalPercent_MILLION:
-		den = 1_000_000
+	fr, err := httpfilter.ParseFraction("", f, httpfilter.Fraction{})
+	if err != nil || fr.Denominator() == 0 {
+		return "(an invalid fraction)"
 	}
-	return strconv.FormatFloat(100*float64(f.GetNumerator())/den, 'g', 4, 64) + "%"
+	return strconv.FormatFloat(100*float64(fr.Numerator())/float64(fr.Denominator()), 'g', 4, 64) + "%"
 }

@@ -35,7 +35,7 @@ func TestDescribeMatch(t *testing.T) {
 				SourcePorts:              []uint32{80, 443},
 				TransportProtocol:        "raw_buffer",
 			},
-			want: `destination in 10.0.0.0/8 or ::1/128 | source is local (same IP or loopback) | direct source in 192.168.0.0/16 | source in 127.0.0.1/32 | source port 80 or 443 | transport protocol "raw_buffer"`,
+			want: `destination in 10.0.0.0/8 or ::/0 | source is local (same IP or loopback) | direct source in 192.168.0.0/16 | source in 0.0.0.0/0 | source port 80 or 443 | transport protocol "raw_buffer"`,
 		},
 		{
 			desc: "fields a gRPC server cannot match",
@@ -121,5 +121,22 @@ func TestDescribeRoutesBounded(t *testing.T) {
 	if len(vhs) != maxVirtualHosts || more != 5 || len(vhs[0].Routes) != maxRoutes || vhs[0].More != 3 {
 		t.Errorf("describeRoutes: %d virtual hosts (+%d), %d routes (+%d); want %d (+5), %d (+3)",
 			len(vhs), more, len(vhs[0].Routes), vhs[0].More, maxVirtualHosts, maxRoutes)
+	}
+}
+
+// TestFraction: a runtime fraction reads as the share of RPCs the server
+// applies: a numerator above the denominator is 100%.
+func TestFraction(t *testing.T) {
+	for _, tc := range []struct {
+		f    *typepb.FractionalPercent
+		want string
+	}{
+		{&typepb.FractionalPercent{Numerator: 25}, "25%"},
+		{&typepb.FractionalPercent{Numerator: 5, Denominator: typepb.FractionalPercent_TEN_THOUSAND}, "0.05%"},
+		{&typepb.FractionalPercent{Numerator: 150}, "100%"},
+	} {
+		if got := fraction(tc.f); got != tc.want {
+			t.Errorf("fraction(%v) = %q, want %q", tc.f, got, tc.want)
+		}
 	}
 }

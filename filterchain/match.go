@@ -216,6 +216,10 @@ func normalizeCIDR(r *corepb.CidrRange) (netip.Prefix, error) {
 	return p, nil
 }
 
+// CIDRPrefix returns the prefix a CidrRange of a filter_chain_match
+// matches, as the server applies it (see normalizeCIDR).
+func CIDRPrefix(r *corepb.CidrRange) (netip.Prefix, error) { return normalizeCIDR(r) }
+
 // checkDuplicates reports a normalized matcher shared by two chains, or
 // listed twice by one chain: the most specific chain for a connection
 // would not be unique (gRFC A36, "FilterChainMatch"). Chains that can never
