@@ -265,10 +265,11 @@ func (s *Step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, er
 	case delay == 0 && !abort:
 		return ctx, nil
 	case delay == 0 && code != codes.OK:
-		if !c.enter() {
+		// An abort is over at once: it needs room under the limit, and
+		// takes none.
+		if c.hasMax && active.Load() >= int64(c.maxActive) {
 			return ctx, nil
 		}
-		leave()
 		return ctx, c.errOf(code)
 	}
 	return httpfilter.WithAfter(ctx, &pending{c: c, delay: delay, abort: abort, code: code}), nil
