@@ -172,8 +172,8 @@ func (s *GRPCServer) Serve(lis net.Listener) error {
 	if !ok {
 		return fmt.Errorf("xds: Serve needs a TCP listener, got address %v of type %T", lis.Addr(), lis.Addr())
 	}
-	addr := unmapAddrPort(tcp.AddrPort())
-	if !addr.Addr().IsValid() {
+	addr, ok := connserver.AddrPortOf(tcp)
+	if !ok {
 		return fmt.Errorf("xds: Serve needs a listener bound to an IP address, got %v", tcp)
 	}
 	name, err := s.client.BootstrapConfig().ServerListenerName(addr)
@@ -274,9 +274,4 @@ func (s *GRPCServer) stop(graceful bool) {
 	s.catalog.Stop()
 	s.release()
 	close(s.stopDone)
-}
-
-// unmapAddrPort returns ap with an IPv4-mapped IPv6 address unmapped.
-func unmapAddrPort(ap netip.AddrPort) netip.AddrPort {
-	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
