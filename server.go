@@ -124,26 +124,14 @@ func newCatalogServer(grpcOpts []grpc.ServerOption) (srv *grpc.Server, err error
 // apply). It must be called before the first Serve; a later call is logged
 // as an error and ignored.
 func (s *GRPCServer) RegisterService(sd *grpc.ServiceDesc, ss any) {
-	if s.isServing() {
-		serverlog.Component.Errorf("xds: RegisterService(%q) after Serve: ignored", sd.ServiceName)
-		return
-	}
-	// gRPC's checks (which panic on a bad registration) run without s.mu.
-	s.catalog.RegisterService(sd, ss)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.serving {
-		// Serve started meanwhile (a misuse: registration must come first).
-		serverlog.Component.Errorf("xds: RegisterService(%q) concurrent with Serve: ignored", sd.ServiceName)
+		serverlog.Component.Errorf("xds: RegisterService(%q) after Serve: ignored", sd.ServiceName)
 		return
 	}
+	s.catalog.RegisterService(sd, ss)
 	s.services = append(s.services, connserver.Service{Desc: sd, Impl: ss})
-}
-
-func (s *GRPCServer) isServing() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.serving
 }
 
 // GetServiceInfo returns the registered services and their methods, as
