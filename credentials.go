@@ -2,10 +2,14 @@ package xds
 
 import (
 	"errors"
+	"fmt"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/proxyless-grpc/xds/internal/grpcopts"
 	"github.com/proxyless-grpc/xds/internal/server/security"
+	"github.com/proxyless-grpc/xds/internal/server/serverlog"
 )
 
 // ServerOptions configures NewServerCredentials. The names mirror
@@ -47,4 +51,45 @@ func NewServerCredentials(opts ServerOptions) (credentials.TransportCredentials,
 		return nil, errors.New("xds: NewServerCredentials: ServerOptions.FallbackCreds is nil, want the credentials to use without xDS security (e.g. insecure.NewCredentials())")
 	}
 	return security.NewCredentials(opts.FallbackCreds), nil
+}
+
+// resolveCreds looks at the transport credentials of the user's options
+// and decides how filter chains' transport_socket is served:
+//
+//   - this package's credentials apply it;
+//   - grpc-go's google.golang.org/grpc/credentials/xds cannot read it from
+//     this server's connections and would hand every connection to their
+//     fallback, plaintext where a chain asks for mTLS: they are wrapped in
+//     this package's credentials, with themselves as the fallback, so that
+//     they behave exactly like NewServerCredentials with the same fallback;
+//   - any other credentials (or none: plaintext) are used as they are, as
+//     gRFC A29 says, and so.nonXDSCreds describes them, so that listeners
+//     report every chain whose TLS they do not apply.
+func (so *serverOptions) resolveCreds() {
+	creds, err := grpcopts.ServerCreds(so.grpcOpts)
+	switch {
+	case err != nil:
+		// Only a grpc-go release that changed its option types gets here
+		// (internal/grpcopts' tests fail on it first). Assume the worst,
+		// loudly: chains asking for TLS are then reported as not getting
+		// it.
+		serverlog.Component.Errorf("xds: cannot tell which transport credentials the server options set (%v); "+
+			"if they are google.golang.org/grpc/credentials/xds they may serve plaintext where the control plane asks for TLS: use xds.NewServerCredentials", err)
+		so.nonXDSCreds = "unknown (the grpc.ServerOptions could not be read)"
+	case security.IsCredentials(creds):
+	case usesXDS(creds):
+		serverlog.Component.Infof("xds: the server credentials are google.golang.org/grpc/credentials/xds: filter chains' TLS is served by this library's xDS credentials, with them as the fallback")
+		so.grpcOpts = append(so.grpcOpts, grpc.Creds(security.NewCredentials(creds)))
+	case creds == nil:
+		so.nonXDSCreds = "none (plaintext): no grpc.Creds option"
+	default:
+		so.nonXDSCreds = fmt.Sprintf("%T, security protocol %q", creds, creds.Info().SecurityProtocol)
+	}
+}
+
+// usesXDS reports whether c are xDS credentials of another library, which
+// say so as grpc-go's google.golang.org/grpc/credentials/xds do.
+func usesXDS(c credentials.TransportCredentials) bool {
+	u, ok := c.(interface{ UsesXDS() bool })
+	return ok && u.UsesXDS()
 }

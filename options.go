@@ -45,9 +45,14 @@ type ServingModeChangeArgs struct {
 //
 // Without this option each transition is logged at warning level; with
 // it, the server logs transitions only at verbosity 2.
-func ServingModeCallback(f func(addr net.Addr, args ServingModeChangeArgs)) grpc.ServerOption {
+func ServingModeCallback(f ServingModeCallbackFunc) grpc.ServerOption {
 	return &servingModeCallbackOption{f: f}
 }
+
+// ServingModeCallbackFunc is the function of a ServingModeCallback: it is
+// told the address of a listener and its new serving mode. The name, type
+// and meaning are those of grpc-go's xds.ServingModeCallbackFunc.
+type ServingModeCallbackFunc func(addr net.Addr, args ServingModeChangeArgs)
 
 // DrainGraceTime returns a server option that sets how long a drained
 // connection keeps running its in-flight RPCs after it was sent a GOAWAY
@@ -81,6 +86,15 @@ func DrainJitter(d time.Duration) grpc.ServerOption {
 // GRPC_XDS_BOOTSTRAP). A nil slice means "read the environment".
 func BootstrapContents(contents []byte) grpc.ServerOption {
 	return &bootstrapContentsOption{contents: contents}
+}
+
+// BootstrapContentsForTesting is BootstrapContents, under the name grpc-go's
+// xds package gives it, so that a program written for grpc-go compiles
+// unchanged. Unlike grpc-go's, it is not limited to tests: CSDS and the
+// status page report the server's xDS client whatever its bootstrap, and a
+// bootstrap that does not parse makes NewGRPCServer fail with the reason.
+func BootstrapContentsForTesting(contents []byte) grpc.ServerOption {
+	return BootstrapContents(contents)
 }
 
 // MeterProvider returns a server option that records the server's
@@ -119,7 +133,7 @@ func ClientPool(p *xdsclient.Pool) grpc.ServerOption {
 
 type servingModeCallbackOption struct {
 	grpc.EmptyServerOption
-	f func(net.Addr, ServingModeChangeArgs)
+	f ServingModeCallbackFunc
 }
 
 type drainGraceTimeOption struct {
@@ -150,7 +164,7 @@ type clientPoolOption struct {
 // serverOptions are the options of NewGRPCServer, split into this package's
 // and gRPC's. Immutable after parseOptions returns.
 type serverOptions struct {
-	onModeChange func(net.Addr, ServingModeChangeArgs) // nil: log transitions
+	onModeChange ServingModeCallbackFunc // nil: log transitions
 	drainGrace   time.Duration
 	drainJitter  time.Duration
 	bootstrap    []byte // nil: read the environment
@@ -158,6 +172,10 @@ type serverOptions struct {
 	meters       metric.MeterProvider // nil: no metrics
 	metrics      *metrics.Server      // nil without meters
 	readiness    *readinessConfig     // nil: no ReadinessHealth
+	// nonXDSCreds describes the server's transport credentials when they
+	// are not xDS credentials (a filter chain's transport_socket is then
+	// not applied, gRFC A29); empty when they are. Set by resolveCreds.
+	nonXDSCreds string
 	// grpcOpts are every option that is not this package's, in order; they
 	// are given to every grpc.Server the GRPCServer creates.
 	grpcOpts []grpc.ServerOption
@@ -212,5 +230,6 @@ func parseOptions(opts []grpc.ServerOption) (*serverOptions, error) {
 		}
 	}
 	so.metrics = metrics.NewServer(so.meters)
+	so.resolveCreds()
 	return so, nil
 }

@@ -198,7 +198,8 @@ func (s *GRPCServer) Serve(lis net.Listener) error {
 			DrainGrace:  s.opts.drainGrace,
 			DrainJitter: s.opts.drainJitter,
 		},
-		Metrics: s.opts.metrics.Listener(addr.String()),
+		Metrics:     s.opts.metrics.Listener(addr.String()),
+		NonXDSCreds: s.opts.nonXDSCreds,
 	})
 	s.lis[l] = struct{}{}
 	s.mu.Unlock()

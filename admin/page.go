@@ -42,6 +42,9 @@ type listenerView struct {
 	Drains      []drainView
 	RBAC        []rpcpath.RBACCount
 	NoneApplied bool
+	// TLSNotApplied is set when some chain asks for TLS that the server's
+	// credentials (described) do not give.
+	TLSNotApplied string
 }
 
 // resourceView is an xDS resource as the client holds it.
@@ -60,6 +63,7 @@ type chainView struct {
 	Match      []string
 	Security   string
 	SecurityOf string
+	NoTLS      bool // the chain asks for TLS that is not applied
 	Routes     routesView
 	Filters    []filterView
 	Live       int
@@ -146,6 +150,11 @@ func buildListener(st *status.Server, l status.Listener) listenerView {
 			src = lis.GetFilterChains()[i]
 		}
 		cv := buildChain(st, c, src, rbac)
+		if c.Chain.Security != nil && l.NonXDSCreds != "" {
+			cv.NoTLS = true
+			cv.Security = "NOT APPLIED: " + cv.Security + " asked for, served with the server's credentials"
+			v.TLSNotApplied = l.NonXDSCreds
+		}
 		v.Chains = append(v.Chains, cv)
 		if c.Conns.Draining > 0 {
 			v.Drains = append(v.Drains, drainView{Chain: cv.Name, Conns: c.Conns.Draining,
@@ -328,11 +337,12 @@ ul { margin: 0; padding-left: 1.2em; }
 <tr><th>Last NACK</th><td>{{with .Resource.NACK}}<span class="nack">version {{.Version}}, {{.Time}}: {{.Reason}}</span>{{else}}<span class="muted">none</span>{{end}}</td></tr>
 </table>
 {{if .NoneApplied}}<p class="muted">No Listener applied: connections are closed at once.</p>{{end}}
+{{if .TLSNotApplied}}<p class="nack" id="tls-not-applied"><b>TLS not applied.</b> The control plane asks for TLS on filter chains marked below, but the server's transport credentials are not xDS credentials ({{.TLSNotApplied}}): their connections are served with those credentials instead (gRFC A29). Pass <code>grpc.Creds(xds.NewServerCredentials(...))</code> to <code>NewGRPCServer</code>.</p>{{end}}
 {{range .Chains}}
 <h3>Filter chain {{.Name}}{{if .Default}} (default){{end}}</h3>
 <table>
 <tr><th>Matches</th><td><ul>{{range .Match}}<li>{{.}}</li>{{end}}</ul></td></tr>
-<tr><th>Security</th><td><b>{{.Security}}</b>: {{.SecurityOf}}</td></tr>
+<tr><th>Security</th><td{{if .NoTLS}} class="nack"{{end}}><b>{{.Security}}</b>: {{.SecurityOf}}</td></tr>
 <tr><th>Routes</th><td>{{.Routes.Source}}{{with .Routes.Resource}}, version {{.Version}} — {{.Status}}: {{.Meaning}}{{with .NACK}}<br><span class="nack">Last NACK: version {{.Version}}, {{.Time}}: {{.Reason}}</span>{{end}}{{end}}
 {{if .Routes.Err}}<br><span class="nack">{{.Routes.Err}}</span>{{end}}
 {{range .Routes.VHosts}}<br>Virtual host <code>{{.Name}}</code>, domains {{.Domains}}:<ul>{{range .Routes}}<li>{{.}}</li>{{end}}{{if .More}}<li class="muted">… {{.More}} more route(s) in the CSDS dump</li>{{end}}</ul>{{end}}

@@ -48,6 +48,12 @@ const (
 	// the filter does not enforce, let through (ModeShadow). The filter is
 	// in AttrLocalRateLimitFilter.
 	LocalRateLimited = "grpc.xds_server.local_rate_limit.limited"
+	// TLSNotApplied counts the connections accepted on a filter chain
+	// whose transport_socket asks for TLS and served without it, because
+	// the server's transport credentials are not xDS credentials (gRFC
+	// A29). Anything but zero means the control plane asked for TLS that
+	// the server does not give.
+	TLSNotApplied = "grpc.xds_server.connections.tls_not_applied"
 )
 
 // Attribute keys and values.
@@ -86,6 +92,7 @@ type Server struct {
 	drains   metric.Int64Counter
 	rbac     metric.Int64Counter
 	limited  metric.Int64Counter
+	noTLS    metric.Int64Counter
 	tls      *tlsInstruments
 }
 
@@ -122,6 +129,9 @@ func NewServer(mp metric.MeterProvider) *Server {
 	keep(err)
 	s.limited, err = m.Int64Counter(LocalRateLimited, metric.WithUnit("{call}"),
 		metric.WithDescription("RPCs a local rate limit HTTP filter found no token for: refused (enforced), or let through where it does not enforce (shadow)."))
+	keep(err)
+	s.noTLS, err = m.Int64Counter(TLSNotApplied, metric.WithUnit("{connection}"),
+		metric.WithDescription("Connections on a filter chain that asks for TLS, served without it because the server's credentials are not xDS credentials."))
 	keep(err)
 	s.tls = newTLSInstruments(m, &errs)
 	if len(errs) > 0 {
@@ -182,6 +192,14 @@ func (l *Listener) RejectedNotServing() {
 func (l *Listener) RejectedNoFilterChain() {
 	if l != nil && l.s.rejected != nil {
 		l.s.rejected.Add(context.Background(), 1, l.noChain...)
+	}
+}
+
+// TLSNotApplied counts a connection served without the TLS its filter
+// chain asks for.
+func (l *Listener) TLSNotApplied() {
+	if l != nil && l.s.noTLS != nil {
+		l.s.noTLS.Add(context.Background(), 1, l.attrs...)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,6 +60,12 @@ type Params struct {
 	Conns connserver.Options
 	// Metrics records the listener's metrics; nil records none.
 	Metrics *metrics.Listener
+	// NonXDSCreds describes the server's transport credentials when they
+	// are not xDS credentials; empty when they are. Filter chains with a
+	// transport_socket are then served with those credentials (gRFC A29),
+	// and the listener says so: a warning per Listener, a metric per
+	// connection, and its status.
+	NonXDSCreds string
 }
 
 // active is what the accept path serves with: the compiled Listener and
@@ -297,7 +304,29 @@ func (l *Listener) apply(r *xdsresource.Listener) {
 		// problem.
 		l.log.Infof("Listener %q: %d field(s) accepted and ignored: %s", l.p.Name, len(ignored), strings.Join(ignored, "; "))
 	}
+	l.warnTLSNotApplied(r)
 	l.setMode(connectivity.ServingModeServing, nil)
+}
+
+// warnTLSNotApplied warns, once per applied Listener, when some of its
+// filter chains ask for TLS that the server's credentials do not give. Only
+// called on the serializer.
+func (l *Listener) warnTLSNotApplied(r *xdsresource.Listener) {
+	if l.p.NonXDSCreds == "" {
+		return
+	}
+	var names []string
+	for _, fc := range r.Table.Chains() {
+		if fc.Security != nil {
+			names = append(names, strconv.Quote(fc.Name))
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	l.log.Warningf("Listener %q: %d filter chain(s) ask for TLS (transport_socket), which is NOT applied: the server's credentials are not xDS credentials (%s), so their connections are served with them (gRFC A29); "+
+		"pass grpc.Creds(xds.NewServerCredentials(...)) to NewGRPCServer to apply it. Chains: %s",
+		l.p.Name, len(names), l.p.NonXDSCreds, strings.Join(names, ", "))
 }
 
 // newChainServer builds the chain server of fc: its routes (inline, shared
@@ -389,7 +418,7 @@ type modeState struct {
 // the Listener it serves with, and the connections of every chain server.
 // Safe to call from any goroutine.
 func (l *Listener) Status() status.Listener {
-	st := status.Listener{Addr: l.p.Lis.Addr(), Name: l.p.Name, Mode: connectivity.ServingModeStarting, RBAC: l.obs.Decisions.Counts()}
+	st := status.Listener{Addr: l.p.Lis.Addr(), Name: l.p.Name, Mode: connectivity.ServingModeStarting, RBAC: l.obs.Decisions.Counts(), NonXDSCreds: l.p.NonXDSCreds}
 	if m := l.modeNow.Load(); m != nil {
 		st.Mode, st.Err, st.Since = m.mode, m.err, m.since
 	}
@@ -553,6 +582,9 @@ func (l *Listener) handleConn(c net.Conn) {
 				l.log.Warningf("closing connection %v -> %v: no filter chain matches it and the Listener has no default chain (logged once per configuration)", src, dst)
 			}
 			return
+		}
+		if fc.Security != nil && l.p.NonXDSCreds != "" {
+			l.p.Metrics.TLSNotApplied()
 		}
 		cs := cfg.servers[fc]
 		srv := cs.NewServer()

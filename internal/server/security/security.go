@@ -48,6 +48,12 @@ func NewCredentials(fallback credentials.TransportCredentials) credentials.Trans
 	return &serverCreds{fallback: fallback}
 }
 
+// IsCredentials reports whether c were made by NewCredentials.
+func IsCredentials(c credentials.TransportCredentials) bool {
+	_, ok := c.(*serverCreds)
+	return ok
+}
+
 // serverCreds implements NewCredentials. Immutable.
 type serverCreds struct {
 	fallback credentials.TransportCredentials
@@ -82,6 +88,10 @@ func (c *serverCreds) Info() credentials.ProtocolInfo {
 func (c *serverCreds) Clone() credentials.TransportCredentials {
 	return &serverCreds{fallback: c.fallback.Clone()}
 }
+
+// UsesXDS reports that the credentials take their configuration from xDS,
+// as grpc-go's xDS credentials report with the same method.
+func (c *serverCreds) UsesXDS() bool { return true }
 
 // OverrideServerName does nothing: a server has no server name to check.
 //

@@ -59,6 +59,11 @@ type Listener struct {
 	// RBAC are the decisions of the RBAC filters since the listener
 	// started, by filter instance name.
 	RBAC []rpcpath.RBACCount
+	// NonXDSCreds describes the server's transport credentials when they
+	// are not xDS credentials: filter chains with a transport_socket are
+	// then served without the TLS it asks for (gRFC A29). Empty when they
+	// are xDS credentials.
+	NonXDSCreds string
 }
 
 // Chain is one filter chain and the connections it serves.

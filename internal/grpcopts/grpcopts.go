@@ -1,0 +1,161 @@
+// Package grpcopts finds which transport credentials a list of
+// grpc.ServerOptions sets: the one thing about a user's options that an xDS
+// server must know and that gRPC offers no public way to read.
+//
+// An xDS server must tell xDS credentials (which apply the filter chains'
+// transport_socket) from any other credentials (which gRFC A29 says to use
+// as they are), and must recognise grpc-go's own xDS credentials
+// (google.golang.org/grpc/credentials/xds), which fall back to their
+// fallback credentials, often plaintext, on a connection they cannot read
+// xDS security from, and so on every connection of this library's server.
+//
+// grpc.Creds returns an option whose credentials are unexported. This
+// package reads them by reflection: it runs each option's function on an
+// empty copy of gRPC's option struct and reads its credentials field, as
+// gRPC itself would when building a server. That relies on how grpc-go
+// v1.85 lays out its options, so every step checks the shape it expects and
+// fails with ErrUnknownShape, never with a wrong answer; the package's tests
+// pin the shape against the grpc-go the module builds with.
+package grpcopts
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"unsafe"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+)
+
+// ErrUnknownShape means the options are not laid out as this package
+// expects: grpc-go changed its option types.
+var ErrUnknownShape = errors.New("grpc.ServerOption is not laid out as grpc-go v1.85 lays it out")
+
+// grpcPkg is the package whose options are read; a variable for the tests
+// of the error paths.
+var grpcPkg = "google.golang.org/grpc"
+
+var credsType = reflect.TypeFor[credentials.TransportCredentials]()
+
+// ServerCreds returns the transport credentials opts set, as a grpc.Server
+// built with opts would use them: the last grpc.Creds wins, and nil means
+// none was given (gRPC then serves plaintext). Options of other packages
+// (types embedding grpc.EmptyServerOption) set no credentials. The error
+// wraps ErrUnknownShape when an option of package grpc is not laid out as
+// expected.
+func ServerCreds(opts []grpc.ServerOption) (credentials.TransportCredentials, error) {
+	var s *settings
+	for _, o := range opts {
+		var err error
+		if s, err = apply(s, reflect.ValueOf(o)); err != nil {
+			return nil, err
+		}
+	}
+	if s == nil {
+		return nil, nil
+	}
+	return s.creds()
+}
+
+// settings is an empty gRPC option struct, made on the first option that
+// needs one, that the options are applied to in order.
+type settings struct {
+	v reflect.Value // a *grpc.serverOptions
+}
+
+// creds reads the credentials field of s.
+func (s *settings) creds() (credentials.TransportCredentials, error) {
+	f := s.v.Elem().FieldByName("creds")
+	if !f.IsValid() || f.Type() != credsType {
+		return nil, fmt.Errorf("%w: no field creds of type credentials.TransportCredentials in %v", ErrUnknownShape, s.v.Type().Elem())
+	}
+	c, _ := exported(f).Interface().(credentials.TransportCredentials)
+	return c, nil
+}
+
+// apply applies the option o to s (made if nil) and returns s.
+func apply(s *settings, o reflect.Value) (*settings, error) {
+	if o.Kind() == reflect.Interface {
+		o = o.Elem() // an element of a joined list
+	}
+	if !o.IsValid() {
+		return s, nil // a nil option: grpc.NewServer would panic on it, not our concern
+	}
+	t := o.Type()
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.PkgPath() != grpcPkg {
+		// Only package grpc can implement ServerOption's unexported method
+		// with an effect; another package's option embeds
+		// grpc.EmptyServerOption (this library's own, grpc-go's xDS ones).
+		return s, nil
+	}
+	switch t.Name() {
+	case "EmptyServerOption":
+		return s, nil
+	case "joinServerOption", "funcServerOption":
+		if o.Kind() != reflect.Pointer || o.IsNil() {
+			return nil, fmt.Errorf("%w: %v is not a pointer to a struct", ErrUnknownShape, o.Type())
+		}
+	}
+	switch t.Name() {
+	case "joinServerOption":
+		list := o.Elem().FieldByName("opts")
+		if !list.IsValid() || list.Kind() != reflect.Slice {
+			return nil, fmt.Errorf("%w: grpc.JoinServerOptions has no opts slice", ErrUnknownShape)
+		}
+		list = exported(list)
+		var err error
+		for i := range list.Len() {
+			if s, err = apply(s, list.Index(i)); err != nil {
+				return nil, err
+			}
+		}
+		return s, nil
+	case "funcServerOption":
+		return applyFunc(s, o)
+	}
+	return nil, fmt.Errorf("%w: unknown option type %v", ErrUnknownShape, o.Type())
+}
+
+// applyFunc runs the function of a funcServerOption on s.
+func applyFunc(s *settings, o reflect.Value) (*settings, error) {
+	f := o.Elem().FieldByName("f")
+	if !f.IsValid() || f.Kind() != reflect.Func || f.Type().NumIn() != 1 || f.Type().NumOut() != 0 ||
+		f.Type().In(0).Kind() != reflect.Pointer || f.Type().In(0).Elem().Kind() != reflect.Struct {
+		return nil, fmt.Errorf("%w: %v has no field f func(*serverOptions)", ErrUnknownShape, o.Type())
+	}
+	if f.IsNil() {
+		return s, nil
+	}
+	in := f.Type().In(0)
+	if s == nil {
+		s = &settings{v: reflect.New(in.Elem())}
+	} else if s.v.Type() != in {
+		return nil, fmt.Errorf("%w: options apply to both %v and %v", ErrUnknownShape, s.v.Type(), in)
+	}
+	if err := call(exported(f), s.v); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// call runs f(arg). Options only set fields, but one that panics on an
+// empty struct must not take the server down with it.
+func call(f, arg reflect.Value) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: an option panicked on an empty option struct: %v", ErrUnknownShape, r)
+		}
+	}()
+	f.Call([]reflect.Value{arg})
+	return nil
+}
+
+// exported returns v, an addressable unexported field, as a value that
+// may be read and called.
+func exported(v reflect.Value) reflect.Value {
+	return reflect.NewAt(v.Type(), unsafe.Pointer(v.UnsafeAddr())).Elem()
+}

@@ -1,0 +1,99 @@
+package grpcopts_test
+
+import (
+	"crypto/tls"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	grpcxdscreds "google.golang.org/grpc/credentials/xds"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/stats"
+
+	"github.com/proxyless-grpc/xds/internal/grpcopts"
+	"github.com/proxyless-grpc/xds/internal/testutils"
+)
+
+func TestMain(m *testing.M) { testutils.VerifyNoLeaks(m) }
+
+// otherOption is an option of another package, shaped as gRPC asks.
+type otherOption struct{ grpc.EmptyServerOption }
+
+type nopStats struct{ stats.Handler }
+
+// TestServerCreds pins what ServerCreds reads against the grpc-go this
+// module builds with. If it fails after a grpc-go upgrade, grpc-go changed
+// how it lays out its server options: adapt internal/grpcopts, or the
+// server can no longer tell grpc-go's xDS credentials (which would serve
+// plaintext) from any other.
+func TestServerCreds(t *testing.T) {
+	tlsCreds := credentials.NewTLS(&tls.Config{})
+	ins := insecure.NewCredentials()
+	xdsCreds, err := grpcxdscreds.NewServerCredentials(grpcxdscreds.ServerOptions{FallbackCreds: ins})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Options of every kind grpc-go builds, around the credentials.
+	noise := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(1 << 20),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute}),
+		grpc.ChainUnaryInterceptor(),
+		grpc.StatsHandler(nopStats{}),
+		grpc.EmptyServerOption{},
+		otherOption{},
+		grpc.MaxConcurrentStreams(10),
+	}
+	tests := []struct {
+		name string
+		opts []grpc.ServerOption
+		want credentials.TransportCredentials
+	}{
+		{name: "none", opts: nil, want: nil},
+		{name: "no creds among others", opts: noise, want: nil},
+		{name: "TLS", opts: []grpc.ServerOption{grpc.Creds(tlsCreds)}, want: tlsCreds},
+		{name: "grpc-go xDS creds among others", opts: append(append([]grpc.ServerOption{}, noise...), grpc.Creds(xdsCreds)), want: xdsCreds},
+		{name: "the last wins", opts: []grpc.ServerOption{grpc.Creds(ins), grpc.MaxRecvMsgSize(1), grpc.Creds(xdsCreds)}, want: xdsCreds},
+		{name: "the last wins, back", opts: []grpc.ServerOption{grpc.Creds(xdsCreds), grpc.Creds(ins)}, want: ins},
+		{name: "set to nil", opts: []grpc.ServerOption{grpc.Creds(tlsCreds), grpc.Creds(nil)}, want: nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := grpcopts.ServerCreds(tc.opts)
+			if err != nil {
+				t.Fatalf("ServerCreds: %v", err)
+			}
+			if got != tc.want {
+				t.Fatalf("ServerCreds = %T %p, want %T %p", got, got, tc.want, tc.want)
+			}
+		})
+	}
+}
+
+// TestGRPCGoXDSCredsRecognisable: grpc-go's xDS credentials say so with a
+// public method, the one grpc-go's own code asks.
+func TestGRPCGoXDSCredsRecognisable(t *testing.T) {
+	c, err := grpcxdscreds.NewServerCredentials(grpcxdscreds.ServerOptions{FallbackCreds: insecure.NewCredentials()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := grpcopts.ServerCreds([]grpc.ServerOption{grpc.Creds(c)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, ok := got.(interface{ UsesXDS() bool })
+	if !ok || !u.UsesXDS() {
+		t.Fatalf("grpc-go's credentials/xds (%T) no longer report UsesXDS() == true", got)
+	}
+}
+
+// TestNilOptions: nil options set nothing (grpc.NewServer would fail on
+// them, not this package).
+func TestNilOptions(t *testing.T) {
+	var e *grpc.EmptyServerOption
+	got, err := grpcopts.ServerCreds([]grpc.ServerOption{nil, e})
+	if err != nil || got != nil {
+		t.Fatalf("ServerCreds = %v, %v; want nil, nil", got, err)
+	}
+}
