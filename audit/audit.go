@@ -1,12 +1,17 @@
-// Package audit is the audit logging API of the RBAC HTTP filter (gRFC A59):
-// the event an authorization decision produces, the Logger interface, and
-// the registry of logger builders that xDS RBAC configs refer to.
+// Package audit is the audit logging of the RBAC HTTP filter (gRFC A59).
+//
+// Its types and its registry are grpc-go's, google.golang.org/grpc/authz/audit:
+// a logger builder registered there (grpc-go's audit.RegisterLoggerBuilder)
+// is found by the RBAC configs of this library's servers, and a logger
+// written for grpc-go runs here unchanged. New code should use grpc-go's
+// package; this one keeps the names of earlier releases as aliases, and the
+// built-in stdout logger.
 //
 // An RBAC config (envoy.config.rbac.v3.RBAC) names its loggers in
 // audit_logging_options.logger_configs; each audit_logger is a
 // TypedExtensionConfig whose typed_config selects a builder by its type:
 // envoy.extensions.rbac.audit_loggers.stream.v3.StdoutAuditLog selects the
-// built-in "stdout_logger"; a udpa.type.v1.TypedStruct or
+// built-in stdout logger; a udpa.type.v1.TypedStruct or
 // xds.type.v3.TypedStruct selects the builder registered under the name of
 // its type_url (the part after the last '/'), and its value, as JSON, is the
 // logger's config. An unknown logger type NACKs the resource unless the
@@ -19,73 +24,51 @@
 package audit
 
 import (
-	"encoding/json"
-	"sync"
+	"io"
+
+	grpcaudit "google.golang.org/grpc/authz/audit"
+
+	"github.com/proxyless-grpc/xds/internal/auditlog"
 )
 
-// Event is one audited authorization decision.
-type Event struct {
-	// FullMethodName is the RPC's method, "/pkg.Service/Method".
-	FullMethodName string
-	// Principal is the identity of the peer: the first URI SAN of its
-	// certificate, else the first DNS SAN, else its subject; "" without a
-	// certificate.
-	Principal string
-	// PolicyName is the name of the RBAC HTTP filter instance.
-	PolicyName string
-	// MatchedRule is the name of the RBAC policy that matched; "" if none
-	// did.
-	MatchedRule string
-	// Authorized reports whether the decision allows the RPC.
-	Authorized bool
-	// Shadow reports that the decision is that of the filter's shadow_rules:
-	// it was evaluated and not enforced.
-	Shadow bool
-}
+// Event is one audited authorization decision: grpc-go's audit.Event.
+type Event = grpcaudit.Event
 
-// Logger logs audit events.
-type Logger interface {
-	// Log logs one event. It is called synchronously on the RPC's path, in
-	// gRPC's tap handle, so it must not block: long work must be handed off.
-	// The Event is only valid during the call.
-	Log(*Event)
-}
+// Logger logs audit events: grpc-go's audit.Logger. Log is called
+// synchronously on the RPC's path, so it must not block.
+type Logger = grpcaudit.Logger
 
-// LoggerConfig is a parsed logger config. Concrete configs embed this
-// interface to implement it.
-type LoggerConfig interface {
-	loggerConfig()
-}
+// LoggerConfig is a parsed logger config: grpc-go's audit.LoggerConfig.
+type LoggerConfig = grpcaudit.LoggerConfig
 
-// LoggerBuilder parses logger configs and builds loggers.
-type LoggerBuilder interface {
-	// ParseLoggerConfig validates a logger config, given as JSON (an empty
-	// object when the config has none). An error NACKs the resource.
-	ParseLoggerConfig(config json.RawMessage) (LoggerConfig, error)
-	// Build builds a logger from a config ParseLoggerConfig returned. It
-	// cannot fail: runtime problems are the logger's to handle.
-	Build(LoggerConfig) Logger
-	// Name is the name the builder is registered and selected by.
-	Name() string
-}
+// LoggerBuilder parses logger configs and builds loggers: grpc-go's
+// audit.LoggerBuilder.
+type LoggerBuilder = grpcaudit.LoggerBuilder
 
-var (
-	mu       sync.RWMutex
-	builders = map[string]LoggerBuilder{}
-)
+// RegisterLoggerBuilder registers b in grpc-go's registry, as grpc-go's
+// audit.RegisterLoggerBuilder does.
+//
+// Deprecated: call google.golang.org/grpc/authz/audit.RegisterLoggerBuilder.
+func RegisterLoggerBuilder(b LoggerBuilder) { grpcaudit.RegisterLoggerBuilder(b) }
 
-// RegisterLoggerBuilder registers b under b.Name(), replacing any builder
-// registered under that name. Call it at initialization, before servers
-// receive configuration.
-func RegisterLoggerBuilder(b LoggerBuilder) {
-	mu.Lock()
-	defer mu.Unlock()
-	builders[b.Name()] = b
-}
+// GetLoggerBuilder returns the builder registered in grpc-go's registry
+// under name, or nil.
+//
+// Deprecated: call google.golang.org/grpc/authz/audit.GetLoggerBuilder.
+func GetLoggerBuilder(name string) LoggerBuilder { return grpcaudit.GetLoggerBuilder(name) }
 
-// GetLoggerBuilder returns the builder registered under name, or nil.
-func GetLoggerBuilder(name string) LoggerBuilder {
-	mu.RLock()
-	defer mu.RUnlock()
-	return builders[name]
-}
+// StdoutLoggerName is the registry name of the stdout logger (gRFC A59),
+// which writes one JSON line per event to standard output. The typed_config
+// envoy.extensions.rbac.audit_loggers.stream.v3.StdoutAuditLog always
+// selects this library's; the name is registered in grpc-go's registry
+// unless another stdout logger (grpc-go's authz/audit/stdout) already is.
+const StdoutLoggerName = "stdout_logger"
+
+// NewStreamLogger returns a logger that writes each event to w as one line
+// of JSON, the format of gRFC A59's stdout logger:
+//
+//	{"grpc_audit_log":{"timestamp":"...","rpc_method":"/pkg.S/M","principal":"spiffe://foo/user1","policy_name":"rbac","matched_rule":"admin","authorized":true}}
+//
+// with "shadow":true added for the decisions of shadow_rules. Writes are
+// serialized; a write error is ignored.
+func NewStreamLogger(w io.Writer) Logger { return auditlog.NewStream(w) }

@@ -242,16 +242,18 @@ func TestRBAC_InvalidConfigKeepsPolicy(t *testing.T) {
 
 // TestRBAC_AuditLogger: a user-registered audit logger receives the
 // decisions its condition selects (gRFC A59), with the filter name and the
-// matched policy, and the shadow_rules' would-be decisions, marked shadow,
-// without their being enforced.
+// matched policy, and the shadow_rules' would-be decisions, to the loggers
+// of the shadow_rules, without their being enforced.
 func TestRBAC_AuditLogger(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	env := newTestEnv(t)
-	sink := auditSink(t.Name())
-	shadowSink := auditSink(t.Name() + "/shadow")
+	// Sink names unique per run: a logger is built once per filter config.
+	sinkName := testutils.RunName(t)
+	sink := auditSink(sinkName)
+	shadowSink := auditSink(sinkName + "/shadow")
 	cfg := allowMethods(methodEmpty)
-	cfg.Rules.AuditLoggingOptions = auditTo(t, t.Name(), rbacconfigpb.RBAC_AuditLoggingOptions_ON_DENY_AND_ALLOW)
+	cfg.Rules.AuditLoggingOptions = auditTo(t, sinkName, rbacconfigpb.RBAC_AuditLoggingOptions_ON_DENY_AND_ALLOW)
 	// Shadow rules that would deny everything but EmptyCall's opposite.
 	cfg.ShadowRules = &rbacconfigpb.RBAC{
 		Action: rbacconfigpb.RBAC_DENY,
@@ -259,7 +261,7 @@ func TestRBAC_AuditLogger(t *testing.T) {
 			Permissions: []*rbacconfigpb.Permission{pathPermission(methodEmpty)},
 			Principals:  []*rbacconfigpb.Principal{anyPrincipal()},
 		}},
-		AuditLoggingOptions: auditTo(t, t.Name()+"/shadow", rbacconfigpb.RBAC_AuditLoggingOptions_ON_DENY),
+		AuditLoggingOptions: auditTo(t, sinkName+"/shadow", rbacconfigpb.RBAC_AuditLoggingOptions_ON_DENY),
 	}
 	_, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
 		return rbacListener(t, a, cfg, allRoutes("r"), "")
@@ -287,7 +289,7 @@ func TestRBAC_AuditLogger(t *testing.T) {
 	}
 	select {
 	case got := <-shadowSink:
-		w := audit.Event{FullMethodName: methodEmpty, PolicyName: rbacFilterName, MatchedRule: "shadow-deny-empty", Shadow: true}
+		w := audit.Event{FullMethodName: methodEmpty, PolicyName: rbacFilterName, MatchedRule: "shadow-deny-empty"}
 		if got != w {
 			t.Errorf("shadow audit event: %+v, want %+v", got, w)
 		}
@@ -309,12 +311,13 @@ func TestRBAC_MalformedPathRefused(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	env := newTestEnv(t)
-	sink := auditSink(t.Name())
+	sinkName := testutils.RunName(t)
+	sink := auditSink(sinkName)
 	cfg := rbacRules(rbacconfigpb.RBAC_DENY, map[string]*rbacconfigpb.Policy{"deny-empty": {
 		Permissions: []*rbacconfigpb.Permission{pathPermission(methodEmpty)},
 		Principals:  []*rbacconfigpb.Principal{anyPrincipal()},
 	}})
-	cfg.Rules.AuditLoggingOptions = auditTo(t, t.Name(), rbacconfigpb.RBAC_AuditLoggingOptions_ON_DENY_AND_ALLOW)
+	cfg.Rules.AuditLoggingOptions = auditTo(t, sinkName, rbacconfigpb.RBAC_AuditLoggingOptions_ON_DENY_AND_ALLOW)
 	_, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
 		return rbacListener(t, a, cfg, allRoutes("r"), "")
 	}, nil)

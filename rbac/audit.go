@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	streampb "github.com/envoyproxy/go-control-plane/envoy/extensions/rbac/audit_loggers/stream/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/proxyless-grpc/xds/audit"
+	"github.com/proxyless-grpc/xds/internal/auditlog"
 	"github.com/proxyless-grpc/xds/internal/typedconfig"
 )
 
@@ -65,7 +67,10 @@ func compileAudit(o *rbacpb.RBAC_AuditLoggingOptions) (auditOptions, error) {
 
 // buildLogger builds one logger; nil (and no error) for an unsupported
 // optional one. gRFC A59: "The RBAC filter will be NACKed if the configured
-// logger types are not supported by gRPC", unless is_optional.
+// logger types are not supported by gRPC", unless is_optional. Builders are
+// looked up in grpc-go's registry (google.golang.org/grpc/authz/audit), so
+// a logger registered for grpc-go works here unchanged; Envoy's
+// StdoutAuditLog is always this library's stdout logger.
 func buildLogger(lc *rbacpb.RBAC_AuditLoggingOptions_AuditLoggerConfig) (audit.Logger, error) {
 	tc := lc.GetAuditLogger()
 	if tc == nil {
@@ -75,12 +80,15 @@ func buildLogger(lc *rbacpb.RBAC_AuditLoggingOptions_AuditLoggerConfig) (audit.L
 	if err != nil {
 		return nil, fmt.Errorf("audit_logger.typed_config: %w", err)
 	}
+	if name == stdoutAuditLogType {
+		return auditlog.NewStream(os.Stdout), nil
+	}
 	b := audit.GetLoggerBuilder(name)
 	if b == nil {
 		if lc.GetIsOptional() {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("audit_logger.typed_config: unsupported audit logger type %q", name)
+		return nil, fmt.Errorf("audit_logger.typed_config: unsupported audit logger type %q (register it with google.golang.org/grpc/authz/audit.RegisterLoggerBuilder, or mark the logger config is_optional)", name)
 	}
 	cfg, err := b.ParseLoggerConfig(js)
 	if err != nil {
@@ -102,7 +110,7 @@ func loggerConfig(a *anypb.Any) (string, json.RawMessage, error) {
 	}
 	name := typedconfig.Name(c.TypeURL)
 	if name == stdoutAuditLogType {
-		return audit.StdoutLoggerName, json.RawMessage("{}"), nil
+		return name, nil, nil
 	}
 	js, err := c.JSON()
 	if err != nil {

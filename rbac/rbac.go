@@ -33,6 +33,7 @@ import (
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 
 	"github.com/proxyless-grpc/xds/audit"
+	"github.com/proxyless-grpc/xds/internal/auditlog"
 	"github.com/proxyless-grpc/xds/internal/matcher"
 )
 
@@ -216,10 +217,13 @@ func (e *Engine) Audit(ri RequestInfo, d Decision, policyName string, shadow boo
 		PolicyName:     policyName,
 		MatchedRule:    d.MatchedPolicy,
 		Authorized:     d.Allow,
-		Shadow:         shadow,
 	}
 	for _, l := range e.audit.loggers {
-		l.Log(ev)
+		if sl, ok := l.(auditlog.ShadowLogger); ok && shadow {
+			sl.LogShadow(ev)
+		} else {
+			l.Log(ev)
+		}
 	}
 }
 
