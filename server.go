@@ -64,6 +64,16 @@ type GRPCServer struct {
 // server_listener_resource_name_template, or when that template is an
 // xdstp:// name whose authority the bootstrap does not list (gRFC A47).
 //
+// The security of each connection is the control plane's when the
+// credentials (grpc.Creds) are xDS credentials: those of
+// NewServerCredentials, or grpc-go's google.golang.org/grpc/credentials/xds,
+// which the server serves exactly like NewServerCredentials with the same
+// fallback. With other credentials, or none, a filter chain's
+// transport_socket is served with those credentials (gRFC A29); the server
+// then warns once per Listener version, counts each such connection in
+// grpc.xds_server.connections.tls_not_applied, and says so on the status
+// page.
+//
 // The server owns the tap handle of its grpc.Servers: it routes every RPC
 // there (see the package documentation), so grpc.InTapHandle cannot be
 // combined with it and makes NewGRPCServer fail.
