@@ -29,26 +29,31 @@ import (
 	"github.com/proxyless-grpc/xds/bootstrap"
 )
 
-// Identity is the certificate chain and private key a provider read from
-// certificate_file and private_key_file. Immutable.
+// Identity is the certificate chain and private key a provider serves
+// with: a file_watcher's from certificate_file and private_key_file, a
+// plugin's from its key material. Immutable.
 type Identity struct {
-	// Certs holds the one chain and key, its Leaf parsed.
+	// Certs holds the chains and keys, each Leaf parsed: one for a
+	// file_watcher, those of the key material for a plugin.
 	Certs []tls.Certificate
-	// NotAfter is when the leaf certificate expires.
+	// NotAfter is when the leaf certificate expires (for a plugin's, the
+	// earliest of the leaves).
 	NotAfter time.Time
 }
 
 // Trust is what a provider verifies peers with: the roots of
-// ca_certificate_file, or, when spiffe_trust_bundle_map_file is set, the
-// SPIFFE bundle map (gRFC A87), never both. Immutable.
+// ca_certificate_file (or of a plugin's key material), or, when
+// spiffe_trust_bundle_map_file is set (or the key material has a bundle
+// map), the SPIFFE bundle map (gRFC A87), never both. Immutable.
 type Trust struct {
 	// Roots are the trusted roots; nil when SPIFFE is set.
 	Roots *x509.CertPool
-	// SPIFFE is the trust bundle map; nil when the provider has no
-	// spiffe_trust_bundle_map_file.
+	// SPIFFE is the trust bundle map; nil when the provider has none.
 	SPIFFE *BundleMap
 	// NotAfter is when the earliest-expiring root (of Roots, or of any
-	// bundle of SPIFFE) expires; zero when there is none (an empty map).
+	// bundle of SPIFFE) expires; zero when there is none (an empty map) or
+	// it is not known (a plugin's Roots: an x509.CertPool does not list its
+	// certificates).
 	NotAfter time.Time
 }
 
