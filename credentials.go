@@ -31,13 +31,18 @@ type ServerOptions struct {
 // with a validation context it is mutual TLS: the client's certificate must
 // chain to the roots of its ca_certificate_provider_instance, and is
 // required when require_client_certificate is true. The instances are
-// certificate_providers of the bootstrap (plugin file_watcher), started on
-// the first handshake that needs them, shared by every filter chain (and
-// server) that names the same configuration, re-read every refresh_interval
-// (new handshakes see rotated files; existing connections are not touched),
-// and stopped when no filter chain uses them. A chain without
-// transport_socket, and a connection not accepted by an xDS server, use
-// FallbackCreds.
+// certificate_providers of the bootstrap, started on the first handshake
+// that needs them, shared by every filter chain (and server) that names the
+// same configuration, and stopped (closed) when no filter chain uses them.
+// Their plugin is this library's file_watcher (with SPIFFE trust bundle
+// maps, gRFC A87), whose files are re-read every refresh_interval, or any
+// plugin registered with google.golang.org/grpc/credentials/tls/certprovider.Register,
+// built with the instance's certificate_name and asked for its key material
+// on each handshake (until gRPC's handshake deadline for the first). Either
+// way new handshakes see rotated certificates and existing connections are
+// not touched. A Listener naming an instance of a plugin that is not
+// registered is NACKed. A chain without transport_socket, and a connection
+// not accepted by an xDS server, use FallbackCreds.
 //
 // A failed TLS handshake closes that connection only and is logged with its
 // reason; it never falls back to FallbackCreds and does not change the

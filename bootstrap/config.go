@@ -12,6 +12,8 @@ import (
 	"encoding/json"
 	"time"
 
+	"google.golang.org/grpc/credentials/tls/certprovider"
+
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 )
 
@@ -213,7 +215,10 @@ type Authority struct {
 	XDSServers []*ServerConfig
 }
 
-// CertProviderConfig is one entry of "certificate_providers".
+// CertProviderConfig is one entry of "certificate_providers" (gRFC A29).
+// Parse validates the config of file_watcher itself (FileWatcher), and the
+// config of a plugin registered with grpc-go with that plugin's ParseConfig
+// (Buildable); the config of any other plugin is kept as written.
 type CertProviderConfig struct {
 	// PluginName as given in the bootstrap, e.g. "file_watcher".
 	PluginName string
@@ -223,7 +228,21 @@ type CertProviderConfig struct {
 	// FileWatcher is the parsed and validated config when PluginName is
 	// "file_watcher"; nil for other plugins.
 	FileWatcher *FileWatcherConfig
+
+	// buildable is the config as parsed by the plugin registered with
+	// grpc-go under PluginName; nil for file_watcher and for plugins not
+	// registered when the bootstrap was parsed.
+	buildable *certprovider.BuildableConfig
 }
+
+// Buildable returns the config of a plugin registered with grpc-go's
+// registry (google.golang.org/grpc/credentials/tls/certprovider.Register), as
+// the plugin's ParseConfig returned it when the bootstrap was parsed. It is
+// nil for file_watcher, which this library runs itself whether or not
+// grpc-go's pemfile package is linked in, for plugins that were not
+// registered then (a Listener naming such an instance is NACKed), and for
+// a CertProviderConfig not made by Parse.
+func (c *CertProviderConfig) Buildable() *certprovider.BuildableConfig { return c.buildable }
 
 // FileWatcherConfig is the config of the "file_watcher" certificate provider.
 //

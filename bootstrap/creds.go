@@ -15,7 +15,7 @@ import (
 const DefaultRefreshInterval = 10 * time.Minute
 
 // PluginFileWatcher is the plugin_name of the file_watcher certificate
-// provider (gRFC A29), the only plugin whose config Parse validates.
+// provider (gRFC A29), which this library runs itself (see CertProviderConfig).
 const PluginFileWatcher = "file_watcher"
 
 // parseChannelCreds selects the first supported entry of the channel_creds
@@ -174,8 +174,10 @@ func parseCertProviders(top object) (map[string]*CertProviderConfig, error) {
 	return out, nil
 }
 
-// parseCertProvider parses one certificate provider instance at path. Only
-// the file_watcher plugin's config is checked; others are kept as given.
+// parseCertProvider parses one certificate provider instance at path: the
+// file_watcher plugin's config by this package, the config of a plugin
+// registered with grpc-go by that plugin (parsePluginConfig); the config of
+// any other plugin is kept as given.
 func parseCertProvider(path string, raw []byte) (*CertProviderConfig, error) {
 	o, err := decodeObject(path, raw)
 	if err != nil {
@@ -196,7 +198,7 @@ func parseCertProvider(path string, raw []byte) (*CertProviderConfig, error) {
 		p.Config = raw
 	}
 	if p.PluginName != PluginFileWatcher {
-		return p, nil
+		return p, parsePluginConfig(join(path, "config"), p)
 	}
 	cfgPath := join(path, "config")
 	files, err := parseCertFiles(cfgPath, cfg)

@@ -46,6 +46,9 @@ type canonProvider struct {
 	Plugin      string          `json:"plugin"`
 	FileWatcher *canonCert      `json:"file_watcher,omitempty"`
 	Config      json.RawMessage `json:"config,omitempty"`
+	// Parsed says that a plugin registered with grpc-go parsed Config: a
+	// Config parsed before the plugin was registered is not the same.
+	Parsed bool `json:"parsed,omitempty"`
 }
 
 type canonCert struct {
@@ -79,7 +82,7 @@ func (c *Config) canonicalKey() string {
 			if p == nil {
 				continue
 			}
-			cp := canonProvider{Plugin: p.PluginName}
+			cp := canonProvider{Plugin: p.PluginName, Parsed: p.buildable != nil}
 			if fw := p.FileWatcher; fw != nil {
 				cp.FileWatcher = &canonCert{CA: fw.CACertificateFile, SPIFFE: fw.SPIFFETrustBundleMapFile, Cert: fw.CertificateFile, Key: fw.PrivateKeyFile, Refresh: fw.RefreshInterval}
 			} else {

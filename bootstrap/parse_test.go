@@ -62,7 +62,7 @@ func with(f func(c *Config)) *Config {
 
 // cmpOpts compares Configs: protos by value, the key (tested on its own in
 // key_test.go) ignored.
-var cmpOpts = []cmp.Option{protocmp.Transform(), cmpopts.IgnoreUnexported(Config{})}
+var cmpOpts = []cmp.Option{protocmp.Transform(), cmpopts.IgnoreUnexported(Config{}, CertProviderConfig{})}
 
 func TestParse_Servers(t *testing.T) {
 	tests := []struct {
@@ -403,7 +403,7 @@ func TestParse_CertProviders(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Parse() failed: %v", err)
 			}
-			if diff := cmp.Diff(got.CertProviders, tc.want); diff != "" {
+			if diff := cmp.Diff(got.CertProviders, tc.want, cmpOpts...); diff != "" {
 				t.Errorf("Parse().CertProviders returned unexpected diff (-got, +want):\n%s", diff)
 			}
 		})

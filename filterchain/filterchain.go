@@ -33,7 +33,8 @@ type Options struct {
 	Filters *httpfilter.Parser
 	// CertProviderInstances are the certificate provider instances of the
 	// bootstrap (certificate_providers), each mapped to whether this server
-	// supports its plugin. Every instance a DownstreamTlsContext names must
+	// can run its plugin (file_watcher, or a plugin registered with grpc-go's
+	// certprovider registry). Every instance a DownstreamTlsContext names must
 	// be in it with true, or the Listener is NACKed (gRFC A29). nil skips
 	// that check (the other A29 rules still apply); an empty, non-nil map
 	// means the bootstrap has no instances.

@@ -16,8 +16,9 @@ type Security struct {
 	// server's certificate chain and private key
 	// (common_tls_context.tls_certificate_provider_instance). Never empty.
 	IdentityInstance string
-	// IdentityCertName is that instance's certificate_name (informational:
-	// file_watcher ignores it).
+	// IdentityCertName is that instance's certificate_name: file_watcher
+	// ignores it; a plugin of grpc-go's registry is built with it
+	// (BuildOptions.CertName).
 	IdentityCertName string
 	// RootInstance is the certificate provider instance that supplies the
 	// roots that verify client certificates (ca_certificate_provider_instance
@@ -25,7 +26,8 @@ type Security struct {
 	// context: the server then does not ask for a client certificate (TLS,
 	// not mTLS).
 	RootInstance string
-	// RootCertName is RootInstance's certificate_name (informational).
+	// RootCertName is RootInstance's certificate_name, used as
+	// IdentityCertName is.
 	RootCertName string
 	// RequireClientCert is require_client_certificate: a client must present
 	// a certificate that chains to RootInstance's roots. When false and
@@ -277,7 +279,9 @@ func validateValidationContext(vc *tlspb.CertificateValidationContext, ignore fu
 var errEmptyInstance = errors.New("is empty")
 
 // checkInstance checks that a certificate provider instance name is in the
-// bootstrap (gRFC A29) with a supported plugin; instances nil skips that.
+// bootstrap (gRFC A29) with a plugin this server can run: its own
+// file_watcher, or one registered with grpc-go's certprovider registry.
+// instances nil skips that.
 func checkInstance(name string, instances map[string]bool) error {
 	if name == "" {
 		return errEmptyInstance
@@ -290,7 +294,8 @@ func checkInstance(name string, instances map[string]bool) error {
 		return fmt.Errorf("certificate provider instance %q is not in the bootstrap's certificate_providers", name)
 	}
 	if !supported {
-		return fmt.Errorf("certificate provider instance %q uses a plugin this server does not support (only file_watcher)", name)
+		return fmt.Errorf("certificate provider instance %q uses a plugin that is not registered in this process "+
+			"(built in: file_watcher; register others with google.golang.org/grpc/credentials/tls/certprovider.Register)", name)
 	}
 	return nil
 }

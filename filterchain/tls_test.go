@@ -17,8 +17,8 @@ import (
 	"github.com/proxyless-grpc/xds/filterchain"
 )
 
-// tlsInstances are the bootstrap instances the tests compile with: two
-// file_watcher instances and one of an unsupported plugin.
+// tlsInstances are the bootstrap instances the tests compile with: two of
+// plugins the server runs and one of a plugin that is not registered.
 var tlsInstances = map[string]bool{"identity": true, "roots": true, "spiffe": false}
 
 func providerInstance(name string) *tlspb.CertificateProviderPluginInstance {
@@ -242,11 +242,11 @@ func TestDownstreamTLSErrors(t *testing.T) {
 			wantField: "common_tls_context.tls_certificate_provider_instance.instance_name", wantText: `"nope"`,
 		},
 		{
-			desc: "identity instance with an unsupported plugin",
+			desc: "identity instance with a plugin that is not registered",
 			tls: func(d *tlspb.DownstreamTlsContext) {
 				d.CommonTlsContext.TlsCertificateProviderInstance.InstanceName = "spiffe"
 			},
-			wantField: "common_tls_context.tls_certificate_provider_instance.instance_name", wantText: "plugin",
+			wantField: "common_tls_context.tls_certificate_provider_instance.instance_name", wantText: "certprovider.Register",
 		},
 		{
 			desc:      "bootstrap without certificate providers",

@@ -1,17 +1,21 @@
 // Package certprovider runs the certificate providers of the xDS bootstrap's
-// certificate_providers (gRFC A29): file_watcher instances that read an
+// certificate_providers (gRFC A29). This library's own file_watcher reads an
 // identity certificate chain, its private key and either a root bundle from
-// PEM files or a SPIFFE trust bundle map (gRFC A87), and re-read them every
+// PEM files or a SPIFFE trust bundle map (gRFC A87), and re-reads them every
 // refresh_interval, so that rotated files reach new TLS handshakes without a
-// restart.
+// restart. Any other plugin is one registered with grpc-go's certprovider
+// registry: its providers are built from the config the bootstrap parsed,
+// and their key material is read when a handshake needs it.
 //
 // A Store shares one running provider among every user of the same
-// configuration (reference counted): the first Get starts it, the last
-// Release stops it and waits for its goroutine.
+// configuration (reference counted): the first Get or GetPlugin starts it,
+// the last Release stops it (a file_watcher's goroutine is waited for, a
+// plugin's provider is closed). Both kinds are used through one Handle.
 package certprovider
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -25,26 +29,31 @@ import (
 	"github.com/proxyless-grpc/xds/bootstrap"
 )
 
-// Identity is the certificate chain and private key a provider read from
-// certificate_file and private_key_file. Immutable.
+// Identity is the certificate chain and private key a provider serves
+// with: a file_watcher's from certificate_file and private_key_file, a
+// plugin's from its key material. Immutable.
 type Identity struct {
-	// Certs holds the one chain and key, its Leaf parsed.
+	// Certs holds the chains and keys, each Leaf parsed: one for a
+	// file_watcher, those of the key material for a plugin.
 	Certs []tls.Certificate
-	// NotAfter is when the leaf certificate expires.
+	// NotAfter is when the leaf certificate expires (for a plugin's, the
+	// earliest of the leaves).
 	NotAfter time.Time
 }
 
 // Trust is what a provider verifies peers with: the roots of
-// ca_certificate_file, or, when spiffe_trust_bundle_map_file is set, the
-// SPIFFE bundle map (gRFC A87), never both. Immutable.
+// ca_certificate_file (or of a plugin's key material), or, when
+// spiffe_trust_bundle_map_file is set (or the key material has a bundle
+// map), the SPIFFE bundle map (gRFC A87), never both. Immutable.
 type Trust struct {
 	// Roots are the trusted roots; nil when SPIFFE is set.
 	Roots *x509.CertPool
-	// SPIFFE is the trust bundle map; nil when the provider has no
-	// spiffe_trust_bundle_map_file.
+	// SPIFFE is the trust bundle map; nil when the provider has none.
 	SPIFFE *BundleMap
 	// NotAfter is when the earliest-expiring root (of Roots, or of any
-	// bundle of SPIFFE) expires; zero when there is none (an empty map).
+	// bundle of SPIFFE) expires; zero when there is none (an empty map) or
+	// it is not known (a plugin's Roots: an x509.CertPool does not list its
+	// certificates).
 	NotAfter time.Time
 }
 
@@ -54,7 +63,8 @@ type Store struct {
 	warnf func(format string, args ...any) // immutable
 
 	mu        sync.Mutex
-	providers map[bootstrap.FileWatcherConfig]*provider // guarded by mu; running providers
+	providers map[bootstrap.FileWatcherConfig]*provider // guarded by mu; running file_watchers
+	plugins   map[pluginKey]*plugin                     // guarded by mu; running plugin providers
 }
 
 // NewStore returns an empty Store. warnf, if not nil, is told when a
@@ -64,7 +74,7 @@ func NewStore(warnf func(format string, args ...any)) *Store {
 	if warnf == nil {
 		warnf = func(string, ...any) {}
 	}
-	return &Store{warnf: warnf, providers: make(map[bootstrap.FileWatcherConfig]*provider)}
+	return &Store{warnf: warnf, providers: make(map[bootstrap.FileWatcherConfig]*provider), plugins: make(map[pluginKey]*plugin)}
 }
 
 // Get returns a handle on the provider for cfg. If none is running, it
@@ -91,14 +101,15 @@ func (s *Store) Get(cfg bootstrap.FileWatcherConfig) *Handle {
 		p.start()
 	}
 	<-p.started
-	return &Handle{s: s, p: p}
+	return &Handle{s: s, r: p}
 }
 
-// Running returns how many providers are running; for tests.
+// Running returns how many providers (file_watchers and plugins) are
+// running; for tests.
 func (s *Store) Running() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.providers)
+	return len(s.providers) + len(s.plugins)
 }
 
 // Refs returns how many handles on the provider for cfg are held; 0 means
@@ -112,47 +123,59 @@ func (s *Store) Refs(cfg bootstrap.FileWatcherConfig) int {
 	return 0
 }
 
-// release drops one reference on p and stops it when it was the last.
-func (s *Store) release(p *provider) {
+// release drops one reference on r and stops it when it was the last.
+func (s *Store) release(r running) {
 	s.mu.Lock()
-	p.refs--
-	last := p.refs == 0
-	if last {
-		delete(s.providers, p.cfg)
+	var last bool
+	switch r := r.(type) {
+	case *provider:
+		r.refs--
+		if last = r.refs == 0; last {
+			delete(s.providers, r.cfg)
+		}
+	case *plugin:
+		r.refs--
+		if last = r.refs == 0; last && s.plugins[r.key] == r {
+			delete(s.plugins, r.key)
+		}
 	}
 	s.mu.Unlock()
 	if last {
-		p.stop() // outside the lock: it waits for the provider's goroutine
+		r.stop() // outside the lock: it waits for a goroutine, or calls the plugin
 	}
 }
 
-// Handle is one reference on a running provider.
+// running is a provider a Store runs: a file_watcher (*provider) or a
+// plugin's (*plugin).
+type running interface {
+	identity(ctx context.Context) (*Identity, error)
+	trust(ctx context.Context) (*Trust, error)
+	// stop ends the provider; called once, by the last release.
+	stop()
+}
+
+// Handle is one reference on a running provider, of either kind.
 type Handle struct {
-	s       *Store    // immutable
-	p       *provider // immutable
+	s       *Store  // immutable
+	r       running // immutable
 	release sync.Once
 }
 
-// Identity returns the certificate and key the provider read last time it
-// succeeded, or why it has none: the provider has no certificate_file, or
-// no read of it ever succeeded. It does no I/O and takes no lock.
-func (h *Handle) Identity() (*Identity, error) {
-	st := h.p.identity.Load()
-	return st.v, st.err
-}
+// Identity returns the provider's current certificate and key, or why it
+// has none. A file_watcher returns what it read last time it succeeded, or
+// why it has none (no certificate_file, or no read of it ever succeeded),
+// without I/O, lock or wait. A plugin's provider is asked for its key
+// material, which may wait (until ctx is done) for its first material.
+func (h *Handle) Identity(ctx context.Context) (*Identity, error) { return h.r.identity(ctx) }
 
-// Trust returns the roots or SPIFFE bundle map the provider read last time
-// it succeeded, or why it has none: the provider has neither
-// ca_certificate_file nor spiffe_trust_bundle_map_file, or no read of it
-// ever succeeded. It does no I/O and takes no lock.
-func (h *Handle) Trust() (*Trust, error) {
-	st := h.p.trust.Load()
-	return st.v, st.err
-}
+// Trust returns the roots or SPIFFE bundle map peers are verified with, or
+// why there are none; see Identity. A file_watcher's come from
+// spiffe_trust_bundle_map_file or ca_certificate_file.
+func (h *Handle) Trust(ctx context.Context) (*Trust, error) { return h.r.trust(ctx) }
 
 // Release drops the reference; the provider stops with its last reference.
 // Later calls do nothing.
-func (h *Handle) Release() { h.release.Do(func() { h.s.release(h.p) }) }
+func (h *Handle) Release() { h.release.Do(func() { h.s.release(h.r) }) }
 
 // provider is one running file_watcher: a goroutine that re-reads the files
 // every refresh interval. The identity (certificate and key) and the trust
@@ -164,8 +187,8 @@ type provider struct {
 	warnf func(format string, args ...any)
 	refs  int // guarded by Store.mu
 
-	identity atomic.Pointer[state[Identity]] // never nil once started is closed
-	trust    atomic.Pointer[state[Trust]]    // never nil once started is closed
+	curIdentity atomic.Pointer[state[Identity]] // never nil once started is closed
+	curTrust    atomic.Pointer[state[Trust]]    // never nil once started is closed
 
 	// Only touched by start and then by the provider's goroutine.
 	lastCert, lastKey, lastTrust []byte    // the contents of the last good reads
@@ -210,6 +233,18 @@ func (p *provider) stop() {
 	<-p.done
 }
 
+// identity returns the last good identity, or why there is none.
+func (p *provider) identity(context.Context) (*Identity, error) {
+	st := p.curIdentity.Load()
+	return st.v, st.err
+}
+
+// trust returns the last good trust, or why there is none.
+func (p *provider) trust(context.Context) (*Trust, error) {
+	st := p.curTrust.Load()
+	return st.v, st.err
+}
+
 // run re-reads the files every refresh interval until stop.
 func (p *provider) run() {
 	defer close(p.done)
@@ -232,13 +267,13 @@ func (p *provider) run() {
 // refresh reads both parts and publishes what changed. A part without a
 // file is read (to record why it is missing) only the first time.
 func (p *provider) refresh() {
-	if p.cfg.CertificateFile != "" || p.identity.Load() == nil {
+	if p.cfg.CertificateFile != "" || p.curIdentity.Load() == nil {
 		id, err := p.readIdentity()
-		update(&p.identity, id, err, "identity", &p.lastErr[0], p.warnf)
+		update(&p.curIdentity, id, err, "identity", &p.lastErr[0], p.warnf)
 	}
-	if p.cfg.CACertificateFile != "" || p.cfg.SPIFFETrustBundleMapFile != "" || p.trust.Load() == nil {
+	if p.cfg.CACertificateFile != "" || p.cfg.SPIFFETrustBundleMapFile != "" || p.curTrust.Load() == nil {
 		tr, err := p.readTrust()
-		update(&p.trust, tr, err, "trust", &p.lastErr[1], p.warnf)
+		update(&p.curTrust, tr, err, "trust", &p.lastErr[1], p.warnf)
 	}
 }
 
@@ -280,7 +315,7 @@ func (p *provider) readIdentity() (*Identity, error) {
 	if err != nil {
 		return nil, fmt.Errorf("private_key_file: %w", err)
 	}
-	if p.identity.Load() != nil && bytes.Equal(cert, p.lastCert) && bytes.Equal(key, p.lastKey) {
+	if p.curIdentity.Load() != nil && bytes.Equal(cert, p.lastCert) && bytes.Equal(key, p.lastKey) {
 		return nil, nil
 	}
 	pair, err := tls.X509KeyPair(cert, key)
@@ -308,7 +343,7 @@ func (p *provider) readTrust() (*Trust, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", field, err)
 	}
-	if p.trust.Load() != nil && bytes.Equal(data, p.lastTrust) {
+	if p.curTrust.Load() != nil && bytes.Equal(data, p.lastTrust) {
 		return nil, nil
 	}
 	var tr *Trust

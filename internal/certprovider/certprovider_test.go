@@ -1,6 +1,7 @@
 package certprovider_test
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -17,6 +18,14 @@ func TestMain(m *testing.M) { testutils.VerifyNoLeaks(m) }
 
 const refresh = 20 * time.Millisecond
 
+// ctxOf returns a context for a call to Handle.Identity or Trust, bounded
+// by 10 s (a file_watcher ignores it).
+func ctxOf(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // waitFor polls cond for up to 5 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -31,7 +40,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func serialOf(t *testing.T, h *certprovider.Handle) string {
 	t.Helper()
-	id, err := h.Identity()
+	id, err := h.Identity(ctxOf(t))
 	if err != nil {
 		t.Fatalf("Identity() failed: %v", err)
 	}
@@ -57,20 +66,20 @@ func TestShareAndRelease(t *testing.T) {
 	if got := s.Refs(cfg); got != 2 {
 		t.Errorf("Refs() = %d, want 2", got)
 	}
-	id, err := h1.Identity()
+	id, err := h1.Identity(ctxOf(t))
 	if err != nil || len(id.Certs) != 1 {
 		t.Fatalf("Identity() = %+v, %v; want a certificate", id, err)
 	}
-	if tr, err := h1.Trust(); err != nil || tr.Roots == nil || tr.SPIFFE != nil {
+	if tr, err := h1.Trust(ctxOf(t)); err != nil || tr.Roots == nil || tr.SPIFFE != nil {
 		t.Fatalf("Trust() = %+v, %v; want roots", tr, err)
 	}
-	if id2, _ := h2.Identity(); id2 != id {
+	if id2, _ := h2.Identity(ctxOf(t)); id2 != id {
 		t.Error("two handles of one configuration see different key material, want one shared provider")
 	}
-	if id, err := other.Identity(); id != nil || !errors.Is(err, certprovider.ErrNotConfigured) {
+	if id, err := other.Identity(ctxOf(t)); id != nil || !errors.Is(err, certprovider.ErrNotConfigured) {
 		t.Errorf("roots-only provider: Identity() = %+v, %v; want none, ErrNotConfigured", id, err)
 	}
-	if tr, err := other.Trust(); err != nil || tr.Roots == nil {
+	if tr, err := other.Trust(ctxOf(t)); err != nil || tr.Roots == nil {
 		t.Errorf("roots-only provider: Trust() = %+v, %v; want roots", tr, err)
 	}
 	h1.Release()
@@ -119,12 +128,12 @@ func TestMissingFiles(t *testing.T) {
 	s := certprovider.NewStore(nil)
 	h := s.Get(bootstrap.FileWatcherConfig{CertificateFile: filepath.Join(dir, "cert.pem"), PrivateKeyFile: filepath.Join(dir, "key.pem"), RefreshInterval: refresh})
 	defer h.Release()
-	if _, err := h.Identity(); err == nil || errors.Is(err, certprovider.ErrNotConfigured) {
+	if _, err := h.Identity(ctxOf(t)); err == nil || errors.Is(err, certprovider.ErrNotConfigured) {
 		t.Fatalf("Identity() with missing files = %v, want a read error", err)
 	}
 	leaf := ca.Issue(t, testcerts.LeafOptions{CommonName: "late"})
 	testcerts.WriteFiles(t, dir, leaf, nil)
-	waitFor(t, "the files to be read", func() bool { _, err := h.Identity(); return err == nil })
+	waitFor(t, "the files to be read", func() bool { _, err := h.Identity(ctxOf(t)); return err == nil })
 	if got, want := serialOf(t, h), leaf.Cert.SerialNumber.String(); got != want {
 		t.Errorf("serial = %s, want %s", got, want)
 	}

@@ -44,7 +44,7 @@ func TestGetDoesNotHoldTheStoreDuringIO(t *testing.T) {
 		os.WriteFile(fifo, ca.PEM, 0o600)
 		t.Fatal("Get of another configuration waited for a provider's first read")
 	}
-	if tr, err := fast.Trust(); err != nil || tr.Roots == nil {
+	if tr, err := fast.Trust(ctxOf(t)); err != nil || tr.Roots == nil {
 		t.Errorf("Trust() of the other configuration = %+v, %v; want roots", tr, err)
 	}
 	fast.Release()
@@ -63,7 +63,7 @@ func TestGetDoesNotHoldTheStoreDuringIO(t *testing.T) {
 	for range 2 {
 		select {
 		case h := <-got:
-			if tr, err := h.Trust(); err != nil || tr.Roots == nil {
+			if tr, err := h.Trust(ctxOf(t)); err != nil || tr.Roots == nil {
 				t.Errorf("Trust() after the slow read = %+v, %v; want roots", tr, err)
 			}
 			defer h.Release()

@@ -42,36 +42,84 @@ func ParseBundleMap(data []byte) (*BundleMap, error) {
 	if doc.TrustDomains == nil {
 		return nil, errNoTrustDomains
 	}
-	m := &BundleMap{
-		bundles: make(map[spiffeid.TrustDomain]*spiffebundle.Bundle, len(doc.TrustDomains)),
-		pools:   make(map[spiffeid.TrustDomain]*x509.CertPool, len(doc.TrustDomains)),
-	}
+	m := newBundleMap(len(doc.TrustDomains))
 	for name, raw := range doc.TrustDomains {
-		td, err := spiffeid.TrustDomainFromString(name)
+		td, err := trustDomain(name)
 		if err != nil {
-			return nil, fmt.Errorf("SPIFFE bundle map: trust domain %q: %w", name, err)
-		}
-		if td.Name() != name {
-			// A spiffe:// form or other spelling: the map names domains.
-			return nil, fmt.Errorf("SPIFFE bundle map: trust domain %q: want a bare trust domain name such as %q", name, td.Name())
+			return nil, err
 		}
 		b, err := spiffebundle.Parse(td, raw)
 		if err != nil {
 			return nil, fmt.Errorf("SPIFFE bundle map: trust domain %q: %w", name, err)
 		}
-		pool := x509.NewCertPool()
-		for _, c := range b.X509Authorities() {
-			pool.AddCert(c)
-			m.notAfter = earliest(m.notAfter, c.NotAfter)
-		}
-		m.bundles[td], m.pools[td] = b, pool
-		m.domains = append(m.domains, td)
+		m.add(td, b)
 	}
-	slices.SortFunc(m.domains, func(a, b spiffeid.TrustDomain) int { return a.Compare(b) })
+	m.sort()
+	return m, nil
+}
+
+// NewBundleMap returns the map of the bundles of a certificate provider
+// plugin (grpc-go's KeyMaterial.SPIFFEBundleMap), keyed by trust domain
+// name, checked as ParseBundleMap checks a file: a name that is not a valid
+// bare trust domain, a nil bundle or a bundle of another trust domain makes
+// the whole map invalid. An empty map is valid and trusts nobody. The
+// bundles are the plugin's: the map keeps them and does not modify them.
+func NewBundleMap(bundles map[string]*spiffebundle.Bundle) (*BundleMap, error) {
+	m := newBundleMap(len(bundles))
+	for name, b := range bundles {
+		td, err := trustDomain(name)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case b == nil:
+			return nil, fmt.Errorf("SPIFFE bundle map: trust domain %q: no bundle", name)
+		case b.TrustDomain() != td:
+			return nil, fmt.Errorf("SPIFFE bundle map: trust domain %q: the bundle is of trust domain %q", name, b.TrustDomain().Name())
+		}
+		m.add(td, b)
+	}
+	m.sort()
 	return m, nil
 }
 
 var errNoTrustDomains = errors.New(`SPIFFE bundle map: no "trust_domains" member`)
+
+// trustDomain parses the name of a trust domain of a map.
+func trustDomain(name string) (spiffeid.TrustDomain, error) {
+	td, err := spiffeid.TrustDomainFromString(name)
+	if err != nil {
+		return td, fmt.Errorf("SPIFFE bundle map: trust domain %q: %w", name, err)
+	}
+	if td.Name() != name {
+		// A spiffe:// form or other spelling: the map names domains.
+		return td, fmt.Errorf("SPIFFE bundle map: trust domain %q: want a bare trust domain name such as %q", name, td.Name())
+	}
+	return td, nil
+}
+
+func newBundleMap(n int) *BundleMap {
+	return &BundleMap{
+		bundles: make(map[spiffeid.TrustDomain]*spiffebundle.Bundle, n),
+		pools:   make(map[spiffeid.TrustDomain]*x509.CertPool, n),
+	}
+}
+
+// add adds the bundle b of td; only while the map is being made.
+func (m *BundleMap) add(td spiffeid.TrustDomain, b *spiffebundle.Bundle) {
+	pool := x509.NewCertPool()
+	for _, c := range b.X509Authorities() {
+		pool.AddCert(c)
+		m.notAfter = earliest(m.notAfter, c.NotAfter)
+	}
+	m.bundles[td], m.pools[td] = b, pool
+	m.domains = append(m.domains, td)
+}
+
+// sort sorts the trust domains; once the map is made.
+func (m *BundleMap) sort() {
+	slices.SortFunc(m.domains, func(a, b spiffeid.TrustDomain) int { return a.Compare(b) })
+}
 
 // Bundle returns the bundle of td; nil when the map has none.
 func (m *BundleMap) Bundle(td spiffeid.TrustDomain) *spiffebundle.Bundle { return m.bundles[td] }

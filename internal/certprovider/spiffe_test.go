@@ -90,16 +90,16 @@ func TestSPIFFEProvider(t *testing.T) {
 	})
 	defer h.Release()
 
-	if tr, err := h.Trust(); err == nil {
+	if tr, err := h.Trust(ctxOf(t)); err == nil {
 		t.Fatalf("Trust() with an invalid map = %+v, want an error (never the CA file)", tr)
 	}
-	if _, err := h.Identity(); err != nil {
+	if _, err := h.Identity(ctxOf(t)); err != nil {
 		t.Errorf("Identity() with an invalid map failed: %v; want the identity unaffected", err)
 	}
 
 	testcerts.WriteFile(t, mapFile, testcerts.SPIFFEBundleMap(t, map[string][]*testcerts.CA{"a.test": {a}}))
-	waitFor(t, "the valid map", func() bool { _, err := h.Trust(); return err == nil })
-	tr, _ := h.Trust()
+	waitFor(t, "the valid map", func() bool { _, err := h.Trust(ctxOf(t)); return err == nil })
+	tr, _ := h.Trust(ctxOf(t))
 	if tr.Roots != nil || tr.SPIFFE == nil {
 		t.Fatalf("Trust() = roots %v, SPIFFE %v; want only the map (the CA file is ignored)", tr.Roots, tr.SPIFFE)
 	}
@@ -112,7 +112,7 @@ func TestSPIFFEProvider(t *testing.T) {
 	next := testcerts.SPIFFEBundleMap(t, map[string][]*testcerts.CA{"a.test": {a}, "b.test": {b}})
 	testcerts.WriteFile(t, mapFile, next[:len(next)-10])
 	time.Sleep(5 * refresh)
-	if got, _ := h.Trust(); got != tr {
+	if got, _ := h.Trust(ctxOf(t)); got != tr {
 		t.Fatalf("after a half-written map, Trust() changed to %v, want the previous map kept", got.SPIFFE.TrustDomains())
 	}
 	if warnings.Load() == 0 {
@@ -120,7 +120,7 @@ func TestSPIFFEProvider(t *testing.T) {
 	}
 	testcerts.WriteFile(t, mapFile, next)
 	waitFor(t, "the new map", func() bool {
-		got, _ := h.Trust()
+		got, _ := h.Trust(ctxOf(t))
 		return len(got.SPIFFE.TrustDomains()) == 2
 	})
 }

@@ -24,7 +24,9 @@ const (
 	// TLSRootTimeToExpiry is a gauge: the seconds until the earliest-expiring
 	// root that verifies a filter chain's clients expires (a CA of
 	// ca_certificate_file, or an authority of any bundle of a SPIFFE bundle
-	// map). Reported for mutual TLS chains, as TLSCertificateTimeToExpiry.
+	// map). Reported for mutual TLS chains, as TLSCertificateTimeToExpiry,
+	// except when the roots are a certificate provider plugin's
+	// x509.CertPool, which does not list its certificates.
 	TLSRootTimeToExpiry = "grpc.xds_server.tls.root.time_to_expiry"
 )
 

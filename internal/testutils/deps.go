@@ -13,12 +13,44 @@ const ModulePath = "github.com/proxyless-grpc/xds"
 // not, on any of forbidden: an entry matches a dependency equal to it or
 // below it ("google.golang.org/grpc" also forbids
 // "google.golang.org/grpc/codes"), or only equal to it when it ends in "$"
-// (ModulePath+"$" forbids the root package alone). An entry "+path"
-// allows the one package path, and only it, despite the others (its own
-// dependencies are still checked). It keeps the import graph of ARCHITECTURE.md's
+// (ModulePath+"$" forbids the root package alone). It keeps the import graph of ARCHITECTURE.md's
 // package layout from drifting. Without a go tool on PATH the test is
 // skipped.
 func CheckDeps(t *testing.T, pkg string, forbidden ...string) {
+	t.Helper()
+	CheckDepsExcept(t, pkg, nil, forbidden...)
+}
+
+// CheckDepsExcept is CheckDeps for a package that may depend on the
+// packages of except, and on what they depend on, even where forbidden
+// matches them: internal/certprovider may use grpc-go's certificate
+// provider registry (GRPCCertProvider) and no other part of gRPC.
+func CheckDepsExcept(t *testing.T, pkg string, except []string, forbidden ...string) {
+	t.Helper()
+	allowed := make(map[string]bool)
+	for _, e := range except {
+		for _, dep := range listDeps(t, e) {
+			allowed[dep] = true
+		}
+	}
+	for _, dep := range listDeps(t, pkg) {
+		if allowed[dep] {
+			continue
+		}
+		for _, f := range forbidden {
+			exact, ok := strings.CutSuffix(f, "$")
+			if dep == exact || !ok && strings.HasPrefix(dep, f+"/") {
+				t.Errorf("%s depends on %s, which it must not (forbidden: %s)", pkg, dep, f)
+			}
+		}
+	}
+}
+
+// GRPCCertProvider is grpc-go's registry of certificate provider plugins.
+const GRPCCertProvider = "google.golang.org/grpc/credentials/tls/certprovider"
+
+// listDeps returns pkg and every package it depends on.
+func listDeps(t *testing.T, pkg string) []string {
 	t.Helper()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
@@ -36,26 +68,7 @@ func CheckDeps(t *testing.T, pkg string, forbidden ...string) {
 	if len(deps) == 0 {
 		t.Fatalf("go list -deps %s listed nothing", pkg)
 	}
-	allowed := map[string]bool{}
-	for _, f := range forbidden {
-		if a, ok := strings.CutPrefix(f, "+"); ok {
-			allowed[a] = true
-		}
-	}
-	for _, dep := range deps {
-		if allowed[dep] {
-			continue
-		}
-		for _, f := range forbidden {
-			if strings.HasPrefix(f, "+") {
-				continue
-			}
-			exact, ok := strings.CutSuffix(f, "$")
-			if dep == exact || !ok && strings.HasPrefix(dep, f+"/") {
-				t.Errorf("%s depends on %s, which it must not (forbidden: %s)", pkg, dep, f)
-			}
-		}
-	}
+	return deps
 }
 
 // PureForbidden lists what the pure packages (filterchain, internal/routing,

@@ -132,16 +132,18 @@ func decodeListener(in xdsclient.DecodeInput) (string, xdsclient.ResourceData, e
 }
 
 // certProviderInstances lists the bootstrap's certificate provider
-// instances for filterchain: every name, mapped to whether its plugin is
-// supported (gRFC A29: a Listener naming another instance is NACKed). A nil
-// bootstrap (tests of the decoder alone) skips the check.
+// instances for filterchain: every name, mapped to whether the server can
+// run its plugin, file_watcher or a plugin that was registered with
+// grpc-go's certprovider registry when the bootstrap was parsed (gRFC A29: a
+// Listener naming another instance is NACKed). A nil bootstrap (tests of
+// the decoder alone) skips the check.
 func certProviderInstances(cfg *bootstrap.Config) map[string]bool {
 	if cfg == nil {
 		return nil
 	}
 	out := make(map[string]bool, len(cfg.CertProviders))
 	for name, p := range cfg.CertProviders {
-		out[name] = p.PluginName == bootstrap.PluginFileWatcher && p.FileWatcher != nil
+		out[name] = p.PluginName == bootstrap.PluginFileWatcher && p.FileWatcher != nil || p.Buildable() != nil
 	}
 	return out
 }

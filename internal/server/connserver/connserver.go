@@ -404,6 +404,9 @@ type Conn struct {
 	startOnce sync.Once
 	draining  bool      // guarded by cs.mu
 	deadline  time.Time // guarded by cs.mu; when a drain with a deadline closes it
+	// connDeadline is the deadline last set with SetDeadline, in Unix
+	// nanoseconds; 0 for none.
+	connDeadline atomic.Int64
 }
 
 var _ security.Conn = (*Conn)(nil)
@@ -415,7 +418,21 @@ func (c *Conn) ChainSecurity() *security.Chain { return c.cs.sec }
 // SetDeadline marks the connection started and sets the deadline.
 func (c *Conn) SetDeadline(t time.Time) error {
 	c.startOnce.Do(func() { close(c.started) })
+	var ns int64
+	if !t.IsZero() {
+		ns = t.UnixNano()
+	}
+	c.connDeadline.Store(ns)
 	return c.conn.SetDeadline(t)
+}
+
+// HandshakeDeadline implements security.Conn: the deadline last set with
+// SetDeadline, during the handshake gRPC's handshake deadline.
+func (c *Conn) HandshakeDeadline() time.Time {
+	if ns := c.connDeadline.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 // Serve hands c to its server. grpc.Server.Serve returns as soon as the

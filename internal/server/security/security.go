@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/credentials"
+	gcp "google.golang.org/grpc/credentials/tls/certprovider"
 
 	"github.com/proxyless-grpc/xds/bootstrap"
 	"github.com/proxyless-grpc/xds/filterchain"
@@ -39,6 +40,10 @@ type Conn interface {
 	// ChainSecurity returns the security of the connection's filter chain;
 	// nil when the chain has no transport_socket.
 	ChainSecurity() *Chain
+	// HandshakeDeadline returns the deadline last set on the connection
+	// (SetDeadline), which during the handshake is the one gRPC set for
+	// it; zero when none is set.
+	HandshakeDeadline() time.Time
 }
 
 // NewCredentials returns server transport credentials that do the TLS or
@@ -71,7 +76,7 @@ func (c *serverCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthI
 	if ch == nil {
 		return c.fallback.ServerHandshake(raw)
 	}
-	return ch.handshake(raw)
+	return ch.handshake(sc)
 }
 
 // ClientHandshake fails: these are server credentials.
@@ -161,15 +166,31 @@ func (c *Chain) Release() {
 	}
 }
 
+// defaultHandshakeWait bounds the wait for a plugin's key material when
+// the connection has no deadline (gRPC always sets one: 120 s unless
+// grpc.ConnectionTimeout says otherwise).
+const defaultHandshakeWait = 2 * time.Minute
+
 // handshake does the TLS handshake of raw with the chain's current key
-// material. The deadline gRPC set on raw bounds it.
-func (c *Chain) handshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+// material. The deadline gRPC set on raw bounds it, including the wait of
+// a certificate provider plugin for its first key material.
+func (c *Chain) handshake(raw Conn) (net.Conn, credentials.AuthInfo, error) {
 	src := addrPort(raw.RemoteAddr())
+	deadline := raw.HandshakeDeadline()
+	if deadline.IsZero() {
+		deadline = time.Now().Add(defaultHandshakeWait)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
 	var v verified
-	cfg, err := c.tlsConfig(&v)
+	cfg, err := c.tlsConfig(ctx, &v)
 	if err != nil {
-		c.metrics.Handshake(metrics.TLSUnknownFailure)
-		c.log.failed(c.name, src, metrics.TLSUnknownFailure, err)
+		r := metrics.TLSUnknownFailure
+		if errors.Is(err, context.DeadlineExceeded) {
+			r = metrics.TLSTimeout // a plugin had no key material in time
+		}
+		c.metrics.Handshake(r)
+		c.log.failed(c.name, src, r, err)
 		return nil, nil, fmt.Errorf("xds: TLS handshake with %v on filter chain %q: %w", raw.RemoteAddr(), c.name, err)
 	}
 	conn := tls.Server(raw, cfg)
@@ -202,18 +223,24 @@ func (c *Chain) handshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) 
 
 // expiry returns when the chain's identity certificate and its earliest
 // root expire; zero for what the chain does not have (yet: the providers
-// are taken by the first handshake). For the expiry gauges.
+// are taken by the first handshake; a plugin's roots in an x509.CertPool,
+// which does not list its certificates). For the expiry gauges, whose
+// collection must not wait: a plugin's provider is asked with a context
+// that is already done, which grpc-go's providers (certprovider.Distributor)
+// answer at once with the material they have.
 func (c *Chain) expiry() (cert, root time.Time) {
 	c.mu.Lock()
 	id, roots := c.identity, c.roots
 	c.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
 	if id != nil {
-		if v, err := id.Identity(); err == nil {
+		if v, err := id.Identity(ctx); err == nil {
 			cert = v.NotAfter
 		}
 	}
 	if roots != nil {
-		if v, err := roots.Trust(); err == nil {
+		if v, err := roots.Trust(ctx); err == nil {
 			root = v.NotAfter
 		}
 	}
@@ -234,11 +261,13 @@ func (c *Chain) handles() (identity, roots *certprovider.Handle, err error) {
 	case id != nil:
 		return id, r, nil
 	}
-	if id, err = getProvider(c.providers, c.sec.IdentityInstance); err != nil {
+	idOpts := gcp.BuildOptions{CertName: c.sec.IdentityCertName, WantIdentity: true}
+	if id, err = getProvider(c.providers, c.sec.IdentityInstance, idOpts); err != nil {
 		return nil, nil, err
 	}
 	if c.sec.MutualTLS() {
-		if r, err = getProvider(c.providers, c.sec.RootInstance); err != nil {
+		rootOpts := gcp.BuildOptions{CertName: c.sec.RootCertName, WantRoot: true}
+		if r, err = getProvider(c.providers, c.sec.RootInstance, rootOpts); err != nil {
 			id.Release()
 			return nil, nil, err
 		}
@@ -262,26 +291,36 @@ func (c *Chain) handles() (identity, roots *certprovider.Handle, err error) {
 	return id, r, nil
 }
 
-// getProvider takes a handle on the provider of a bootstrap instance.
-// Listener validation has checked that it exists with the file_watcher
-// plugin.
-func getProvider(providers map[string]*bootstrap.CertProviderConfig, instance string) (*certprovider.Handle, error) {
+// getProvider takes a handle on the provider of a bootstrap instance:
+// this library's file_watcher (certificate_name is ignored), or the
+// provider a plugin registered with grpc-go builds with opts. Listener
+// validation has checked that the instance exists with one of them. A
+// plugin's build that fails is an error of this handshake; the next one
+// builds again.
+func getProvider(providers map[string]*bootstrap.CertProviderConfig, instance string, opts gcp.BuildOptions) (*certprovider.Handle, error) {
 	p := providers[instance]
-	if p == nil || p.FileWatcher == nil {
-		return nil, fmt.Errorf("certificate provider instance %q is not a file_watcher of the bootstrap", instance)
+	switch {
+	case p != nil && p.FileWatcher != nil:
+		return store.Get(*p.FileWatcher), nil
+	case p != nil && p.Buildable() != nil:
+		h, err := store.GetPlugin(p.Buildable(), opts)
+		if err != nil {
+			return nil, fmt.Errorf("certificate provider instance %q: %w", instance, err)
+		}
+		return h, nil
 	}
-	return store.Get(*p.FileWatcher), nil
+	return nil, fmt.Errorf("certificate provider instance %q is not in the bootstrap with a plugin this server runs", instance)
 }
 
 // tlsConfig returns the TLS configuration of a new handshake, with the
-// providers' current key material. A SPIFFE verification stores its result
-// in v.
-func (c *Chain) tlsConfig(v *verified) (*tls.Config, error) {
+// providers' current key material; a plugin's provider may wait for its
+// first until ctx is done. A SPIFFE verification stores its result in v.
+func (c *Chain) tlsConfig(ctx context.Context, v *verified) (*tls.Config, error) {
 	id, roots, err := c.handles()
 	if err != nil {
 		return nil, err
 	}
-	ident, err := id.Identity()
+	ident, err := id.Identity(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("identity certificate provider instance %q: %w", c.sec.IdentityInstance, err)
 	}
@@ -296,7 +335,7 @@ func (c *Chain) tlsConfig(v *verified) (*tls.Config, error) {
 	if roots == nil {
 		return cfg, nil
 	}
-	tr, err := roots.Trust()
+	tr, err := roots.Trust(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("root certificate provider instance %q: %w", c.sec.RootInstance, err)
 	}
