@@ -3,9 +3,9 @@
 // credentials and A71 fallback) into an immutable Config.
 //
 // Parsing from bytes (Parse) is the core; Load adds the lookup order used by
-// servers: explicit contents, then GRPC_XDS_BOOTSTRAP_CONFIG, then the file
-// named by GRPC_XDS_BOOTSTRAP. The environment is read on every call to Load,
-// never cached at init.
+// servers and by every gRPC implementation: explicit contents, then the file
+// named by GRPC_XDS_BOOTSTRAP, then GRPC_XDS_BOOTSTRAP_CONFIG. The environment
+// is read on every call to Load, never cached at init.
 package bootstrap
 
 import (
@@ -47,7 +47,15 @@ type Config struct {
 
 	// key is a canonical encoding of the config, see Key.
 	key string
+	// source is where Load found the config, see Source. Not part of key.
+	source string
 }
+
+// Source says where Load found the bootstrap: SourceOption,
+// EnvBootstrapConfig, or `file "<path>" (GRPC_XDS_BOOTSTRAP)`, as the Source
+// of its errors does. Empty for a Config from Parse or built by hand. Configs
+// from different sources with the same Key share an xDS client.
+func (c *Config) Source() string { return c.source }
 
 // Key returns a string that is equal for two Configs exactly when they would
 // make identical xDS clients (same servers, node, authorities, templates and

@@ -20,12 +20,15 @@ const SourceOption = "bootstrap option"
 // Load finds the bootstrap and parses it with Parse. It looks, in order, at:
 //
 //  1. contents, when non-nil (an empty non-nil slice is parsed, and fails);
-//  2. the environment variable GRPC_XDS_BOOTSTRAP_CONFIG, when non-empty;
-//  3. the file named by GRPC_XDS_BOOTSTRAP, when non-empty.
+//  2. the file named by GRPC_XDS_BOOTSTRAP, when non-empty;
+//  3. the environment variable GRPC_XDS_BOOTSTRAP_CONFIG, when non-empty.
 //
-// The first that is set is used and the others are not examined. The
-// environment is read on every call, so a program or test may set it at any
-// time before calling Load.
+// This is the order of every gRPC implementation (grpc-go, grpc-java,
+// C-core). The first that is set is used and the others are not examined:
+// a file that cannot be read is an error, not a reason to try
+// GRPC_XDS_BOOTSTRAP_CONFIG. The environment is read on every call, so a
+// program or test may set it at any time before calling Load. The returned
+// Config's Source says which of the three was used.
 //
 // Errors are *Error values whose Source says which of the three was used. When
 // none is set, the error wraps ErrNoBootstrap. A file that cannot be read
@@ -33,9 +36,6 @@ const SourceOption = "bootstrap option"
 func Load(contents []byte) (*Config, error) {
 	if contents != nil {
 		return parseFrom(SourceOption, contents)
-	}
-	if s := os.Getenv(EnvBootstrapConfig); s != "" {
-		return parseFrom(EnvBootstrapConfig, []byte(s))
 	}
 	if path := os.Getenv(EnvBootstrapFile); path != "" {
 		source := fmt.Sprintf("file %q (%s)", path, EnvBootstrapFile)
@@ -45,10 +45,14 @@ func Load(contents []byte) (*Config, error) {
 		}
 		return parseFrom(source, data)
 	}
+	if s := os.Getenv(EnvBootstrapConfig); s != "" {
+		return parseFrom(EnvBootstrapConfig, []byte(s))
+	}
 	return nil, &Error{Err: ErrNoBootstrap}
 }
 
-// parseFrom parses data and records source in a returned *Error.
+// parseFrom parses data and records source in the returned Config or
+// *Error.
 func parseFrom(source string, data []byte) (*Config, error) {
 	c, err := Parse(data)
 	if err != nil {
@@ -60,5 +64,6 @@ func parseFrom(source string, data []byte) (*Config, error) {
 		}
 		return nil, &Error{Source: source, Err: err}
 	}
+	c.source = source
 	return c, nil
 }
