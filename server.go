@@ -77,7 +77,7 @@ func NewGRPCServer(opts ...grpc.ServerOption) (*GRPCServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := bootstrap.Load(so.bootstrap)
+	cfg, err := bootstrap.LoadWith(so.bootstrap, xdsclient.BootstrapOptions())
 	if err != nil {
 		return nil, fmt.Errorf("xds: %w", err)
 	}

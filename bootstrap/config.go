@@ -9,6 +9,7 @@
 package bootstrap
 
 import (
+	"bytes"
 	"encoding/json"
 	"time"
 
@@ -93,7 +94,7 @@ type ServerConfig struct {
 	ServerURI string
 
 	// ChannelCreds is the first channel credential type of the bootstrap's
-	// list that this library supports.
+	// list that is supported: built in, or by the ParseOptions of ParseWith.
 	ChannelCreds ChannelCreds
 
 	// ServerFeatures is the list from the bootstrap, as given.
@@ -105,8 +106,8 @@ type ServerConfig struct {
 
 	// CallCreds are the entries of the bootstrap's call_creds list whose
 	// type this library supports, in order (gRFC A97: every supported entry
-	// applies; others are ignored). Nil when there are none. Set only with
-	// CredsTLS channel credentials.
+	// applies; others are ignored). Nil when there are none. Never set with
+	// CredsInsecure channel credentials.
 	CallCreds []CallCreds
 }
 
@@ -137,31 +138,44 @@ func (s *ServerConfig) Equal(o *ServerConfig) bool {
 	return true
 }
 
-// Channel credential types supported in the bootstrap.
+// Channel credential types built into Parse. They win over a type of the
+// same name that ParseOptions.ChannelCreds would support.
 const (
+	// CredsInsecure is plaintext.
 	CredsInsecure = "insecure"
-	CredsTLS      = "tls"
+	// CredsTLS is TLS as gRFC A65 describes it, see TLSCreds.
+	CredsTLS = "tls"
+	// CredsGoogleDefault is Google's default credentials (TLS or ALTS, with
+	// the application default credentials as call credentials), as grpc-go
+	// builds them; used by Traffic Director. Its config is ignored.
+	CredsGoogleDefault = "google_default"
 )
 
 // ChannelCreds is the selected channel credential of a server.
 type ChannelCreds struct {
-	// Type is CredsInsecure or CredsTLS.
+	// Type is one of CredsInsecure, CredsTLS and CredsGoogleDefault, or a
+	// type supported by the ParseOptions of ParseWith.
 	Type string
-	// Config is the raw "config" object of the entry as written in the
-	// bootstrap, or nil when absent or null. Informational: Type and TLS say
-	// everything this library uses.
+	// Config is the raw "config" of the entry as written in the bootstrap,
+	// or nil when absent or null. For the built-in types it is
+	// informational (Type and TLS say everything this library uses); for
+	// another type it is what the credentials are built from.
 	Config json.RawMessage
 	// TLS is set when Type is CredsTLS: the gRFC A65 configuration. Empty
 	// file names mean "use the system roots" (CA) or "no client certificate".
 	TLS *TLSCreds
 }
 
-// equal compares Type and TLS. Config is not compared: for the supported
-// types it holds nothing beyond them (only spelling, unknown members), and
+// equal compares Type and TLS, and for a type that is not built in the
+// canonical form of Config. The Config of a built-in type is not compared:
+// it holds nothing beyond Type and TLS (only spelling, unknown members), and
 // Config.Key ignores it in the same way.
 func (c ChannelCreds) equal(o ChannelCreds) bool {
 	if c.Type != o.Type {
 		return false
+	}
+	if !isBuiltinCreds(c.Type) {
+		return bytes.Equal(canonJSON(c.Config), canonJSON(o.Config))
 	}
 	if c.TLS == nil || o.TLS == nil {
 		return c.TLS == o.TLS

@@ -34,8 +34,14 @@ const SourceOption = "bootstrap option"
 // none is set, the error wraps ErrNoBootstrap. A file that cannot be read
 // gives an error wrapping the os error (e.g. fs.ErrNotExist).
 func Load(contents []byte) (*Config, error) {
+	return LoadWith(contents, ParseOptions{})
+}
+
+// LoadWith is Load with the credential types of opts supported too, as
+// ParseWith does. NewGRPCServer uses it with xdsclient.BootstrapOptions.
+func LoadWith(contents []byte, opts ParseOptions) (*Config, error) {
 	if contents != nil {
-		return parseFrom(SourceOption, contents)
+		return parseFrom(SourceOption, contents, opts)
 	}
 	if path := os.Getenv(EnvBootstrapFile); path != "" {
 		source := fmt.Sprintf("file %q (%s)", path, EnvBootstrapFile)
@@ -43,18 +49,18 @@ func Load(contents []byte) (*Config, error) {
 		if err != nil {
 			return nil, &Error{Source: source, Err: err}
 		}
-		return parseFrom(source, data)
+		return parseFrom(source, data, opts)
 	}
 	if s := os.Getenv(EnvBootstrapConfig); s != "" {
-		return parseFrom(EnvBootstrapConfig, []byte(s))
+		return parseFrom(EnvBootstrapConfig, []byte(s), opts)
 	}
 	return nil, &Error{Err: ErrNoBootstrap}
 }
 
 // parseFrom parses data and records source in the returned Config or
 // *Error.
-func parseFrom(source string, data []byte) (*Config, error) {
-	c, err := Parse(data)
+func parseFrom(source string, data []byte, opts ParseOptions) (*Config, error) {
+	c, err := ParseWith(data, opts)
 	if err != nil {
 		var e *Error
 		if errors.As(err, &e) {

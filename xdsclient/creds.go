@@ -3,6 +3,7 @@ package xdsclient
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,25 +13,115 @@ import (
 	"github.com/proxyless-grpc/xds/bootstrap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/google"
 	"google.golang.org/grpc/credentials/insecure"
+	grpcbootstrap "google.golang.org/grpc/xds/bootstrap"
 )
+
+// BootstrapOptions returns the options with which to parse a bootstrap
+// for this package's clients (bootstrap.ParseWith, bootstrap.LoadWith):
+// beyond the built-in channel credential types (insecure, tls,
+// google_default), every type registered in grpc-go's registry,
+// google.golang.org/grpc/xds/bootstrap (RegisterChannelCredentials), is
+// supported, so that a program moved from grpc-go keeps its own types. The
+// built-in types win over registered ones of the same name (grpc-go
+// registers its own insecure, tls and google_default).
+//
+// A registered type's config is checked while parsing by building its
+// credentials once and releasing them at once; a client builds them again
+// for each channel that uses them and releases them when the channel closes.
+func BootstrapOptions() bootstrap.ParseOptions {
+	return bootstrap.ParseOptions{
+		ChannelCreds: checkRegisteredCreds,
+		ChannelCredsHelp: "or a type registered with " +
+			"google.golang.org/grpc/xds/bootstrap.RegisterChannelCredentials",
+	}
+}
+
+// checkRegisteredCreds reports whether typ is registered with grpc-go and,
+// if it is, whether its builder accepts config.
+func checkRegisteredCreds(typ string, config json.RawMessage) (supported bool, err error) {
+	b := grpcbootstrap.GetChannelCredentials(typ)
+	if b == nil {
+		return false, nil
+	}
+	_, cleanup, err := b.Build(config)
+	if cleanup != nil {
+		cleanup()
+	}
+	return true, err
+}
 
 // credentialOptions returns the dial options of a management server's
 // credentials: its channel credentials and, over TLS, the call credentials
-// of its call_creds (gRFC A97), sent on every ADS stream.
-func credentialOptions(s *bootstrap.ServerConfig) ([]grpc.DialOption, error) {
-	creds, err := transportCredentials(s)
+// of its call_creds (gRFC A97), sent on every ADS stream. cleanup, never
+// nil, releases what the credentials hold; the caller calls it once the
+// connection is closed. On error there is nothing to release.
+func credentialOptions(s *bootstrap.ServerConfig) (opts []grpc.DialOption, cleanup func(), err error) {
+	opts, cleanup, err = channelCredentials(s)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
 	for _, cc := range s.CallCreds {
 		if cc.Type != bootstrap.CallCredsJWTTokenFile {
-			return nil, fmt.Errorf("management server %q: unsupported call credentials %q", s.ServerURI, cc.Type)
+			cleanup()
+			return nil, nil, fmt.Errorf("management server %q: unsupported call credentials %q", s.ServerURI, cc.Type)
 		}
 		opts = append(opts, grpc.WithPerRPCCredentials(newTokenFileCreds(cc.JWTTokenFile)))
 	}
-	return opts, nil
+	return opts, cleanup, nil
+}
+
+// bundleDialOptions is implemented by credential bundles that need dial
+// options of their own, which grpc-go's xDS client applies too.
+type bundleDialOptions interface {
+	DialOptions() []grpc.DialOption
+}
+
+// channelCredentials returns the dial options of the channel credentials of
+// a management server: the built-in types, else the type registered with
+// grpc-go (see BootstrapOptions), dialed with its credentials bundle as
+// grpc-go's xDS client does (its transport and per-RPC credentials, and its
+// own dial options if it has any).
+func channelCredentials(s *bootstrap.ServerConfig) (opts []grpc.DialOption, cleanup func(), err error) {
+	nop := func() {}
+	switch s.ChannelCreds.Type {
+	case bootstrap.CredsInsecure, bootstrap.CredsTLS:
+		creds, err := transportCredentials(s)
+		if err != nil {
+			return nil, nil, err
+		}
+		return []grpc.DialOption{grpc.WithTransportCredentials(creds)}, nop, nil
+	case bootstrap.CredsGoogleDefault:
+		return bundleOptions(google.NewDefaultCredentials()), nop, nil
+	}
+	b := grpcbootstrap.GetChannelCredentials(s.ChannelCreds.Type)
+	if b == nil {
+		return nil, nil, fmt.Errorf("management server %q: unsupported channel credentials %q (not registered with google.golang.org/grpc/xds/bootstrap)",
+			s.ServerURI, s.ChannelCreds.Type)
+	}
+	bundle, cleanup, err := b.Build(s.ChannelCreds.Config)
+	if cleanup == nil {
+		cleanup = nop
+	}
+	switch {
+	case err != nil:
+		cleanup()
+		return nil, nil, fmt.Errorf("%q channel credentials of management server %q: %w", s.ChannelCreds.Type, s.ServerURI, err)
+	case bundle == nil:
+		cleanup()
+		return nil, nil, fmt.Errorf("%q channel credentials of management server %q: the registered builder returned no credentials", s.ChannelCreds.Type, s.ServerURI)
+	}
+	return bundleOptions(bundle), cleanup, nil
+}
+
+// bundleOptions returns the dial options of a credentials bundle.
+func bundleOptions(bundle credentials.Bundle) []grpc.DialOption {
+	opts := []grpc.DialOption{grpc.WithCredentialsBundle(bundle)}
+	if d, ok := bundle.(bundleDialOptions); ok {
+		opts = append(opts, d.DialOptions()...)
+	}
+	return opts
 }
 
 // transportCredentials builds the channel credentials of a management server
