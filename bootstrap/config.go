@@ -105,9 +105,10 @@ type ServerConfig struct {
 	IgnoreResourceDeletion bool
 
 	// CallCreds are the entries of the bootstrap's call_creds list whose
-	// type this library supports, in order (gRFC A97: every supported entry
-	// applies; others are ignored). Nil when there are none. Never set with
-	// CredsInsecure channel credentials.
+	// type is supported (the built-in CallCredsJWTTokenFile, or by the
+	// ParseOptions of ParseWith), in order (gRFC A97: every supported entry
+	// applies; others are ignored). Nil when there are none. Never holds
+	// CallCredsJWTTokenFile with CredsInsecure channel credentials.
 	CallCreds []CallCreds
 }
 
@@ -207,19 +208,26 @@ const (
 
 // CallCreds is one supported entry of a server's call_creds (gRFC A97).
 type CallCreds struct {
-	// Type is CallCredsJWTTokenFile.
+	// Type is CallCredsJWTTokenFile, or a type supported by the
+	// ParseOptions of ParseWith.
 	Type string
-	// Config is the raw "config" object of the entry as written.
-	// Informational: the fields below say everything this library uses.
+	// Config is the raw "config" of the entry as written, or nil when absent
+	// or null. For CallCredsJWTTokenFile it is informational (the fields
+	// below say everything this library uses); for another type it is what
+	// the credentials are built from.
 	Config json.RawMessage
 	// JWTTokenFile is the file holding the JWT, for CallCredsJWTTokenFile.
 	// Non-empty.
 	JWTTokenFile string
 }
 
-// equal compares Type and the parsed fields, not the raw Config.
+// equal compares Type and the parsed fields, and for a type that is not
+// built in the canonical form of Config.
 func (c CallCreds) equal(o CallCreds) bool {
-	return c.Type == o.Type && c.JWTTokenFile == o.JWTTokenFile
+	if c.Type != o.Type || c.JWTTokenFile != o.JWTTokenFile {
+		return false
+	}
+	return c.Type == CallCredsJWTTokenFile || bytes.Equal(canonJSON(c.Config), canonJSON(o.Config))
 }
 
 // Authority is one entry of the bootstrap's "authorities" (gRFC A47).

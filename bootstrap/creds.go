@@ -1,7 +1,6 @@
 package bootstrap
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -79,10 +78,7 @@ func isBuiltinCreds(typ string) bool {
 // callerChannelCreds asks opts.ChannelCreds about the entry of type typ at
 // path. ok is false when the type is not supported.
 func callerChannelCreds(opts *ParseOptions, path, typ string, entry object) (c ChannelCreds, ok bool, err error) {
-	var cfg json.RawMessage
-	if raw, present := entry.get("config"); present {
-		cfg = raw
-	}
+	cfg, _ := entry.get("config")
 	supported, err := opts.ChannelCreds(typ, cfg)
 	switch {
 	case !supported:
@@ -131,12 +127,13 @@ func buildChannelCreds(path, typ string, entry object) (ChannelCreds, error) {
 const fieldSPIFFEMap = "spiffe_trust_bundle_map_file"
 
 // parseCallCreds parses the optional call_creds list of the server at path
-// (gRFC A97): every entry is checked for shape, and the supported ones are
-// returned in order; unsupported types are skipped. creds is the server's
-// selected channel credentials: a bearer token is never sent over insecure
-// ones (over a caller's type, the xDS client checks the connection's
-// security level on every stream).
-func parseCallCreds(path string, server object, creds ChannelCreds) ([]CallCreds, error) {
+// (gRFC A97): every entry is checked for shape, and the supported ones (the
+// built-in jwt_token_file, and those opts.CallCreds supports, whose config
+// it checks) are returned in order; unsupported types are skipped. creds is
+// the server's selected channel credentials: a jwt_token_file token is never
+// sent over insecure ones (over others, and for a caller's type, gRPC checks
+// the connection's security level on every stream).
+func parseCallCreds(opts *ParseOptions, path string, server object, creds ChannelCreds) ([]CallCreds, error) {
 	raw, ok := server.get("call_creds")
 	if !ok {
 		return nil, nil
@@ -161,6 +158,13 @@ func parseCallCreds(path string, server object, creds ChannelCreds) ([]CallCreds
 			return nil, missing(join(entryPath, "type"))
 		case CallCredsJWTTokenFile:
 		default:
+			c, ok, err := callerCallCreds(opts, entryPath, typ, entry)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				out = append(out, c)
+			}
 			continue // gRFC A97: unsupported call credentials are ignored
 		}
 		c, err := parseJWTTokenFile(entryPath, entry)
@@ -174,6 +178,23 @@ func parseCallCreds(path string, server object, creds ChannelCreds) ([]CallCreds
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// callerCallCreds asks opts.CallCreds about the call_creds entry of type
+// typ at path. ok is false when the type is not supported.
+func callerCallCreds(opts *ParseOptions, path, typ string, entry object) (c CallCreds, ok bool, err error) {
+	if opts.CallCreds == nil {
+		return CallCreds{}, false, nil
+	}
+	cfg, _ := entry.get("config")
+	supported, err := opts.CallCreds(typ, cfg)
+	switch {
+	case !supported:
+		return CallCreds{}, false, nil
+	case err != nil:
+		return CallCreds{}, true, fieldError(path, fmt.Errorf("%w: %q call credentials: %w", ErrInvalidValue, typ, err))
+	}
+	return CallCreds{Type: typ, Config: cfg}, true, nil
 }
 
 // parseJWTTokenFile parses the jwt_token_file call credentials entry at path.

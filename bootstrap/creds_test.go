@@ -230,3 +230,64 @@ func TestChannelCreds_KeyAndEqual(t *testing.T) {
 		})
 	}
 }
+
+// TestParseWith_CallCreds: a caller's call_creds types apply with the
+// built-in jwt_token_file, in order; unsupported ones are ignored (gRFC
+// A97); a refused config fails, naming the entry and the type.
+func TestParseWith_CallCreds(t *testing.T) {
+	var asked []string
+	opts := ParseOptions{CallCreds: func(typ string, config json.RawMessage) (bool, error) {
+		asked = append(asked, typ)
+		if typ != "registered" {
+			return false, nil
+		}
+		if strings.Contains(string(config), "bad") {
+			return true, errors.New("bad config")
+		}
+		return true, nil
+	}}
+	in := `{"xds_servers": [{"server_uri": "s", "channel_creds": [{"type": "tls"}], "call_creds": [
+		{"type": "registered", "config": {"a": 1}}, {"type": "other"},
+		{"type": "jwt_token_file", "config": {"jwt_token_file": "/t.jwt"}}]}]}`
+	c, err := ParseWith([]byte(in), opts)
+	if err != nil {
+		t.Fatalf("ParseWith() failed: %v", err)
+	}
+	got := c.XDSServers[0].CallCreds
+	if len(got) != 2 || got[0].Type != "registered" || string(got[0].Config) != `{"a": 1}` || got[1].Type != CallCredsJWTTokenFile {
+		t.Errorf("ParseWith() call creds = %+v, want the registered type then jwt_token_file", got)
+	}
+	if strings.Join(asked, ",") != "registered,other" {
+		t.Errorf("CallCreds asked about %q, want [registered other] (never the built-in jwt_token_file)", asked)
+	}
+	if _, err := Parse([]byte(in)); err != nil {
+		t.Errorf("Parse() without options failed: %v; want the unknown types ignored", err)
+	}
+
+	bad := `{"xds_servers": [{"server_uri": "s", "channel_creds": [{"type": "insecure"}], "call_creds": [
+		{"type": "other"}, {"type": "registered", "config": {"bad": 1}}]}]}`
+	_, err = ParseWith([]byte(bad), opts)
+	var e *Error
+	if !errors.As(err, &e) || e.Field != "xds_servers[0].call_creds[1]" || !errors.Is(err, ErrInvalidValue) ||
+		!strings.Contains(err.Error(), `"registered" call credentials`) {
+		t.Errorf("ParseWith() error = %v; want an *Error at xds_servers[0].call_creds[1] naming the type", err)
+	}
+
+	key := func(config string) (string, *ServerConfig) {
+		c, err := ParseWith([]byte(`{"xds_servers": [{"server_uri": "s", "channel_creds": [{"type": "insecure"}],
+			"call_creds": [{"type": "registered", "config": `+config+`}]}]}`), opts)
+		if err != nil {
+			t.Fatalf("ParseWith() failed: %v", err)
+		}
+		return c.Key(), c.XDSServers[0]
+	}
+	k1, s1 := key(`{"x": 1, "y": 2}`)
+	k2, s2 := key(`{"y": 2, "x": 1}`)
+	k3, s3 := key(`{"x": 2}`)
+	if k1 != k2 || !s1.Equal(s2) || s1.Key() != s2.Key() {
+		t.Errorf("the same call credentials config spelled differently gives different keys or servers")
+	}
+	if k1 == k3 || s1.Equal(s3) || s1.Key() == s3.Key() {
+		t.Errorf("different call credentials configs give the same key or server")
+	}
+}

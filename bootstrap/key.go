@@ -34,8 +34,9 @@ type canonServer struct {
 }
 
 type canonCallCreds struct {
-	Type         string `json:"type"`
-	JWTTokenFile string `json:"jwt_token_file,omitempty"`
+	Type         string          `json:"type"`
+	JWTTokenFile string          `json:"jwt_token_file,omitempty"`
+	Config       json.RawMessage `json:"config,omitempty"`
 }
 
 type canonAuthority struct {
@@ -118,7 +119,11 @@ func canonServers(servers []*ServerConfig) []canonServer {
 			cs.TLS = &canonCert{CA: t.CACertificateFile, Cert: t.CertificateFile, Key: t.PrivateKeyFile, Refresh: t.RefreshInterval}
 		}
 		for _, c := range s.CallCreds {
-			cs.CallCreds = append(cs.CallCreds, canonCallCreds{Type: c.Type, JWTTokenFile: c.JWTTokenFile})
+			cc := canonCallCreds{Type: c.Type, JWTTokenFile: c.JWTTokenFile}
+			if c.Type != CallCredsJWTTokenFile {
+				cc.Config = canonJSON(c.Config)
+			}
+			cs.CallCreds = append(cs.CallCreds, cc)
 		}
 		out = append(out, cs)
 	}

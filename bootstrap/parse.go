@@ -74,6 +74,15 @@ type ParseOptions struct {
 	// "types registered with RegisterChannelCredentials"). Empty when it
 	// has nothing to add to the built-in types.
 	ChannelCredsHelp string
+
+	// CallCreds reports whether a call_creds type other than the built-in
+	// CallCredsJWTTokenFile is supported; nil supports none. config is the
+	// entry's "config", nil when absent or null. For a supported type it
+	// also checks config: a non-nil err fails ParseWith with an *Error
+	// naming the entry and the type. Unsupported types are ignored (gRFC
+	// A97). It is never called for CallCredsJWTTokenFile: the built-in type
+	// wins.
+	CallCreds func(typ string, config json.RawMessage) (supported bool, err error)
 }
 
 // ParseWith is Parse with the credential types of opts supported too.
@@ -155,7 +164,7 @@ func parseServer(opts *ParseOptions, path string, raw json.RawMessage) (*ServerC
 	if s.ChannelCreds, err = parseChannelCreds(opts, join(path, "channel_creds"), o); err != nil {
 		return nil, err
 	}
-	if s.CallCreds, err = parseCallCreds(join(path, "call_creds"), o, s.ChannelCreds); err != nil {
+	if s.CallCreds, err = parseCallCreds(opts, join(path, "call_creds"), o, s.ChannelCreds); err != nil {
 		return nil, err
 	}
 	featuresRaw, ok := o.get("server_features")

@@ -1,6 +1,7 @@
 package xdsclient_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,15 +48,38 @@ func (c *countingCreds) Build(config json.RawMessage) (credentials.Bundle, func(
 // counts returns the builds and cleanups so far.
 func (c *countingCreds) counts() (builds, cleanups int32) { return c.builds.Load(), c.cleanups.Load() }
 
+// countingCallCreds are call credentials registered with grpc-go's
+// registry: a header on every stream, counting builds, cleanups and
+// streams.
+type countingCallCreds struct {
+	builds, cleanups, streams atomic.Int32
+}
+
+func (c *countingCallCreds) Name() string { return "xdsclient-test-call" }
+
+func (c *countingCallCreds) Build(json.RawMessage) (credentials.PerRPCCredentials, func(), error) {
+	c.builds.Add(1)
+	return c, func() { c.cleanups.Add(1) }, nil
+}
+
+func (c *countingCallCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	c.streams.Add(1)
+	return map[string]string{"x-test-call-creds": "1"}, nil
+}
+
+func (c *countingCallCreds) RequireTransportSecurity() bool { return false }
+
 // The registry is a plain map: register before any test runs.
 var (
 	dialCreds  = &countingCreds{name: "xdsclient-test-dial"}
 	shareCreds = &countingCreds{name: "xdsclient-test-share"}
+	callCreds  = &countingCallCreds{}
 )
 
 func init() {
 	grpcbootstrap.RegisterChannelCredentials(dialCreds)
 	grpcbootstrap.RegisterChannelCredentials(shareCreds)
+	grpcbootstrap.RegisterCallCredentials(callCreds)
 }
 
 // parseWithRegistry parses js with the options a server uses.
@@ -200,4 +224,33 @@ func closedLoopbackAddr(t *testing.T) string {
 	addr := lis.Addr().String()
 	lis.Close()
 	return addr
+}
+
+// Call credentials registered with grpc-go apply on every stream next to
+// the channel credentials, unknown ones are ignored (gRFC A97), and their
+// cleanup runs when the client closes.
+func TestRegisteredCallCreds(t *testing.T) {
+	ctx := testContext(t)
+	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
+	l := testListener("lis", 1)
+	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{l}})
+
+	b0, c0, s0 := callCreds.builds.Load(), callCreds.cleanups.Load(), callCreds.streams.Load()
+	cfg := parseWithRegistry(t, fmt.Sprintf(`{"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}],
+		"call_creds": [{"type": "no-such-call-creds"}, {"type": %q}]}], "node": {"id": "n"}}`, ms.Address, callCreds.Name()))
+	c, err := xdsclient.New(cfg, xdsclient.Options{Backoff: fastBackoff, ResourceTypes: []*xdsclient.ResourceType{listenerType}})
+	if err != nil {
+		t.Fatalf("xdsclient.New: %v", err)
+	}
+	w := newTestWatcher()
+	cancel := c.WatchResource(listenerType, "lis", w)
+	w.wantData(ctx, t, l)
+	if n := callCreds.streams.Load() - s0; n < 1 {
+		t.Errorf("the registered call credentials were asked for metadata %d times, want at least once", n)
+	}
+	cancel()
+	c.Close()
+	if b, c := callCreds.builds.Load()-b0, callCreds.cleanups.Load()-c0; b != 2 || c != 2 {
+		t.Errorf("after Close: %d builds, %d cleanups; want 2 and 2 (a check while parsing, the channel)", b, c)
+	}
 }
