@@ -5,7 +5,11 @@
 // Parsing from bytes (Parse) is the core; Load adds the lookup order used by
 // servers and by every gRPC implementation: explicit contents, then the file
 // named by GRPC_XDS_BOOTSTRAP, then GRPC_XDS_BOOTSTRAP_CONFIG. The environment
-// is read on every call to Load, never cached at init.
+// is read on every call to Load, never cached at init. ParseWith and LoadWith
+// also accept the credential types a caller can build beyond the built-in
+// ones (for the xDS servers of this module: those registered with grpc-go's
+// google.golang.org/grpc/xds/bootstrap, see xdsclient.BootstrapOptions);
+// the package itself does not depend on gRPC.
 package bootstrap
 
 import (
