@@ -85,7 +85,9 @@ type ParseOptions struct {
 	CallCreds func(typ string, config json.RawMessage) (supported bool, err error)
 }
 
-// ParseWith is Parse with the credential types of opts supported too.
+// ParseWith is Parse with the credential types of opts supported too. It
+// does what the functions of opts do (checking a config may build
+// credentials), nothing more.
 func ParseWith(data []byte, opts ParseOptions) (*Config, error) {
 	var raw json.RawMessage
 	if err := json.Unmarshal(data, &raw); err != nil {
