@@ -21,9 +21,9 @@
 //
 // # Configuration
 //
-// NewGRPCServer reads the xDS bootstrap (BootstrapContents, else
-// GRPC_XDS_BOOTSTRAP_CONFIG, else the file named by GRPC_XDS_BOOTSTRAP) when
-// it is called. Serve watches the Listener resource named by the bootstrap's
+// NewGRPCServer reads the xDS bootstrap (BootstrapContents, else the file
+// named by GRPC_XDS_BOOTSTRAP, else GRPC_XDS_BOOTSTRAP_CONFIG, as every gRPC
+// implementation does) when it is called. Serve watches the Listener resource named by the bootstrap's
 // server_listener_resource_name_template with "%s" replaced by the listening
 // "ip:port", and the RouteConfigurations its filter chains name.
 //

@@ -69,8 +69,8 @@ func exampleControlPlane(serverAddr *net.TCPAddr) (addr string, stop func()) {
 
 // A server whose configuration comes from the control plane named by its
 // bootstrap. Here the bootstrap is passed in memory; without
-// BootstrapContents it is read from GRPC_XDS_BOOTSTRAP_CONFIG, else from
-// the file named by GRPC_XDS_BOOTSTRAP.
+// BootstrapContents it is read from the file named by GRPC_XDS_BOOTSTRAP,
+// else from GRPC_XDS_BOOTSTRAP_CONFIG.
 func ExampleNewGRPCServer() {
 	s, err := xds.NewGRPCServer(
 		grpc.Creds(insecure.NewCredentials()),

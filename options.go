@@ -82,8 +82,8 @@ func DrainJitter(d time.Duration) grpc.ServerOption {
 
 // BootstrapContents returns a server option that gives the xDS bootstrap
 // configuration (gRFC A27 JSON) to use instead of the one named by the
-// environment (GRPC_XDS_BOOTSTRAP_CONFIG, then the file in
-// GRPC_XDS_BOOTSTRAP). A nil slice means "read the environment".
+// environment (the file named by GRPC_XDS_BOOTSTRAP, else the contents of
+// GRPC_XDS_BOOTSTRAP_CONFIG). A nil slice means "read the environment".
 func BootstrapContents(contents []byte) grpc.ServerOption {
 	return &bootstrapContentsOption{contents: contents}
 }

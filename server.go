@@ -57,9 +57,11 @@ type GRPCServer struct {
 // grpc.ServerOption, which is passed to every grpc.Server the GRPCServer
 // creates (credentials, interceptors, stats handlers, keepalive, ...).
 //
-// The xDS bootstrap is read now: from BootstrapContents, else from the
-// environment variables GRPC_XDS_BOOTSTRAP_CONFIG (contents) and
-// GRPC_XDS_BOOTSTRAP (a file), which are read on every call. NewGRPCServer
+// The xDS bootstrap is read now: from BootstrapContents, else from the file
+// named by the environment variable GRPC_XDS_BOOTSTRAP, else from the
+// contents of GRPC_XDS_BOOTSTRAP_CONFIG (the order of every gRPC
+// implementation); the environment is read on every call, and the source
+// used is logged at INFO. NewGRPCServer
 // fails when the bootstrap is missing or invalid, when it has no
 // server_listener_resource_name_template, or when that template is an
 // xdstp:// name whose authority the bootstrap does not list (gRFC A47).
@@ -85,10 +87,11 @@ func NewGRPCServer(opts ...grpc.ServerOption) (*GRPCServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := bootstrap.Load(so.bootstrap)
+	cfg, err := bootstrap.LoadWith(so.bootstrap, xdsclient.BootstrapOptions())
 	if err != nil {
 		return nil, fmt.Errorf("xds: %w", err)
 	}
+	serverlog.Component.Infof("xds: using the xDS bootstrap from %s", cfg.Source())
 	// Template errors do not depend on the address: check them now.
 	if _, err := cfg.ServerListenerName(netip.AddrPortFrom(netip.IPv4Unspecified(), 0)); err != nil {
 		return nil, fmt.Errorf("xds: %w", err)

@@ -3,12 +3,17 @@
 // credentials and A71 fallback) into an immutable Config.
 //
 // Parsing from bytes (Parse) is the core; Load adds the lookup order used by
-// servers: explicit contents, then GRPC_XDS_BOOTSTRAP_CONFIG, then the file
-// named by GRPC_XDS_BOOTSTRAP. The environment is read on every call to Load,
-// never cached at init.
+// servers and by every gRPC implementation: explicit contents, then the file
+// named by GRPC_XDS_BOOTSTRAP, then GRPC_XDS_BOOTSTRAP_CONFIG. The environment
+// is read on every call to Load, never cached at init. ParseWith and LoadWith
+// also accept the credential types a caller can build beyond the built-in
+// ones (for the xDS servers of this module: those registered with grpc-go's
+// google.golang.org/grpc/xds/bootstrap, see xdsclient.BootstrapOptions);
+// the package itself does not depend on gRPC.
 package bootstrap
 
 import (
+	"bytes"
 	"encoding/json"
 	"time"
 
@@ -49,7 +54,15 @@ type Config struct {
 
 	// key is a canonical encoding of the config, see Key.
 	key string
+	// source is where Load found the config, see Source. Not part of key.
+	source string
 }
+
+// Source says where Load found the bootstrap: SourceOption,
+// EnvBootstrapConfig, or `file "<path>" (GRPC_XDS_BOOTSTRAP)`, as the Source
+// of its errors does. Empty for a Config from Parse or built by hand. Configs
+// from different sources with the same Key share an xDS client.
+func (c *Config) Source() string { return c.source }
 
 // Key returns a string that is equal for two Configs exactly when they would
 // make identical xDS clients (same servers, node, authorities, templates and
@@ -87,7 +100,7 @@ type ServerConfig struct {
 	ServerURI string
 
 	// ChannelCreds is the first channel credential type of the bootstrap's
-	// list that this library supports.
+	// list that is supported: built in, or by the ParseOptions of ParseWith.
 	ChannelCreds ChannelCreds
 
 	// ServerFeatures is the list from the bootstrap, as given.
@@ -98,9 +111,10 @@ type ServerConfig struct {
 	IgnoreResourceDeletion bool
 
 	// CallCreds are the entries of the bootstrap's call_creds list whose
-	// type this library supports, in order (gRFC A97: every supported entry
-	// applies; others are ignored). Nil when there are none. Set only with
-	// CredsTLS channel credentials.
+	// type is supported (the built-in CallCredsJWTTokenFile, or by the
+	// ParseOptions of ParseWith), in order (gRFC A97: every supported entry
+	// applies; others are ignored). Nil when there are none. Never holds
+	// CallCredsJWTTokenFile with CredsInsecure channel credentials.
 	CallCreds []CallCreds
 }
 
@@ -131,31 +145,44 @@ func (s *ServerConfig) Equal(o *ServerConfig) bool {
 	return true
 }
 
-// Channel credential types supported in the bootstrap.
+// Channel credential types built into Parse. They win over a type of the
+// same name that ParseOptions.ChannelCreds would support.
 const (
+	// CredsInsecure is plaintext.
 	CredsInsecure = "insecure"
-	CredsTLS      = "tls"
+	// CredsTLS is TLS as gRFC A65 describes it, see TLSCreds.
+	CredsTLS = "tls"
+	// CredsGoogleDefault is Google's default credentials (TLS or ALTS, with
+	// the application default credentials as call credentials), as grpc-go
+	// builds them; used by Traffic Director. Its config is ignored.
+	CredsGoogleDefault = "google_default"
 )
 
 // ChannelCreds is the selected channel credential of a server.
 type ChannelCreds struct {
-	// Type is CredsInsecure or CredsTLS.
+	// Type is one of CredsInsecure, CredsTLS and CredsGoogleDefault, or a
+	// type supported by the ParseOptions of ParseWith.
 	Type string
-	// Config is the raw "config" object of the entry as written in the
-	// bootstrap, or nil when absent or null. Informational: Type and TLS say
-	// everything this library uses.
+	// Config is the raw "config" of the entry as written in the bootstrap,
+	// or nil when absent or null. For the built-in types it is
+	// informational (Type and TLS say everything this library uses); for
+	// another type it is what the credentials are built from.
 	Config json.RawMessage
 	// TLS is set when Type is CredsTLS: the gRFC A65 configuration. Empty
 	// file names mean "use the system roots" (CA) or "no client certificate".
 	TLS *TLSCreds
 }
 
-// equal compares Type and TLS. Config is not compared: for the supported
-// types it holds nothing beyond them (only spelling, unknown members), and
+// equal compares Type and TLS, and for a type that is not built in the
+// canonical form of Config. The Config of a built-in type is not compared:
+// it holds nothing beyond Type and TLS (only spelling, unknown members), and
 // Config.Key ignores it in the same way.
 func (c ChannelCreds) equal(o ChannelCreds) bool {
 	if c.Type != o.Type {
 		return false
+	}
+	if !isBuiltinCreds(c.Type) {
+		return bytes.Equal(canonJSON(c.Config), canonJSON(o.Config))
 	}
 	if c.TLS == nil || o.TLS == nil {
 		return c.TLS == o.TLS
@@ -187,19 +214,26 @@ const (
 
 // CallCreds is one supported entry of a server's call_creds (gRFC A97).
 type CallCreds struct {
-	// Type is CallCredsJWTTokenFile.
+	// Type is CallCredsJWTTokenFile, or a type supported by the
+	// ParseOptions of ParseWith.
 	Type string
-	// Config is the raw "config" object of the entry as written.
-	// Informational: the fields below say everything this library uses.
+	// Config is the raw "config" of the entry as written, or nil when absent
+	// or null. For CallCredsJWTTokenFile it is informational (the fields
+	// below say everything this library uses); for another type it is what
+	// the credentials are built from.
 	Config json.RawMessage
 	// JWTTokenFile is the file holding the JWT, for CallCredsJWTTokenFile.
 	// Non-empty.
 	JWTTokenFile string
 }
 
-// equal compares Type and the parsed fields, not the raw Config.
+// equal compares Type and the parsed fields, and for a type that is not
+// built in the canonical form of Config.
 func (c CallCreds) equal(o CallCreds) bool {
-	return c.Type == o.Type && c.JWTTokenFile == o.JWTTokenFile
+	if c.Type != o.Type || c.JWTTokenFile != o.JWTTokenFile {
+		return false
+	}
+	return c.Type == CallCredsJWTTokenFile || bytes.Equal(canonJSON(c.Config), canonJSON(o.Config))
 }
 
 // Authority is one entry of the bootstrap's "authorities" (gRFC A47).

@@ -19,9 +19,10 @@ const DefaultRefreshInterval = 10 * time.Minute
 const PluginFileWatcher = "file_watcher"
 
 // parseChannelCreds selects the first supported entry of the channel_creds
-// list at path (gRFC A27: the client stops at the first type it supports).
-// Entries after the selected one are not examined.
-func parseChannelCreds(path string, server object) (ChannelCreds, error) {
+// list at path (gRFC A27: the client stops at the first type it supports):
+// a built-in type, else one that opts.ChannelCreds supports, whose config it
+// checks. Entries after the selected one are not examined.
+func parseChannelCreds(opts *ParseOptions, path string, server object) (ChannelCreds, error) {
 	raw, ok := server.get("channel_creds")
 	if !ok {
 		return ChannelCreds{}, missing(path)
@@ -47,13 +48,45 @@ func parseChannelCreds(path string, server object) (ChannelCreds, error) {
 		if typ == "" {
 			return ChannelCreds{}, missing(join(entryPath, "type"))
 		}
-		if typ == CredsInsecure || typ == CredsTLS {
+		if isBuiltinCreds(typ) {
 			return buildChannelCreds(entryPath, typ, entry)
+		}
+		if opts.ChannelCreds != nil {
+			if c, ok, err := callerChannelCreds(opts, entryPath, typ, entry); ok || err != nil {
+				return c, err
+			}
 		}
 		seen = append(seen, typ)
 	}
-	return ChannelCreds{}, fieldError(path, fmt.Errorf("%w in %s (supported: %s, %s)",
-		ErrNoSupportedCreds, quoteList(seen), CredsInsecure, CredsTLS))
+	supported := strings.Join(builtinCreds[:], ", ")
+	if opts.ChannelCredsHelp != "" {
+		supported += "; " + opts.ChannelCredsHelp
+	}
+	return ChannelCreds{}, fieldError(path, fmt.Errorf("%w in %s (supported: %s)",
+		ErrNoSupportedCreds, quoteList(seen), supported))
+}
+
+// builtinCreds are the channel credential types Parse supports by itself,
+// sorted.
+var builtinCreds = [...]string{CredsGoogleDefault, CredsInsecure, CredsTLS}
+
+// isBuiltinCreds reports whether typ is one of builtinCreds.
+func isBuiltinCreds(typ string) bool {
+	return typ == CredsInsecure || typ == CredsTLS || typ == CredsGoogleDefault
+}
+
+// callerChannelCreds asks opts.ChannelCreds about the entry of type typ at
+// path. ok is false when the type is not supported.
+func callerChannelCreds(opts *ParseOptions, path, typ string, entry object) (c ChannelCreds, ok bool, err error) {
+	cfg, _ := entry.get("config")
+	supported, err := opts.ChannelCreds(typ, cfg)
+	switch {
+	case !supported:
+		return ChannelCreds{}, false, nil
+	case err != nil:
+		return ChannelCreds{}, true, fieldError(path, fmt.Errorf("%w: %q channel credentials: %w", ErrInvalidValue, typ, err))
+	}
+	return ChannelCreds{Type: typ, Config: cfg}, true, nil
 }
 
 // buildChannelCreds builds the selected channel_creds entry at path.
@@ -94,10 +127,13 @@ func buildChannelCreds(path, typ string, entry object) (ChannelCreds, error) {
 const fieldSPIFFEMap = "spiffe_trust_bundle_map_file"
 
 // parseCallCreds parses the optional call_creds list of the server at path
-// (gRFC A97): every entry is checked for shape, and the supported ones are
-// returned in order; unsupported types are skipped. creds is the server's
-// selected channel credentials: a bearer token is only sent over TLS.
-func parseCallCreds(path string, server object, creds ChannelCreds) ([]CallCreds, error) {
+// (gRFC A97): every entry is checked for shape, and the supported ones (the
+// built-in jwt_token_file, and those opts.CallCreds supports, whose config
+// it checks) are returned in order; unsupported types are skipped. creds is
+// the server's selected channel credentials: a jwt_token_file token is never
+// sent over insecure ones (over others, and for a caller's type, gRPC checks
+// the connection's security level on every stream).
+func parseCallCreds(opts *ParseOptions, path string, server object, creds ChannelCreds) ([]CallCreds, error) {
 	raw, ok := server.get("call_creds")
 	if !ok {
 		return nil, nil
@@ -122,19 +158,43 @@ func parseCallCreds(path string, server object, creds ChannelCreds) ([]CallCreds
 			return nil, missing(join(entryPath, "type"))
 		case CallCredsJWTTokenFile:
 		default:
+			c, ok, err := callerCallCreds(opts, entryPath, typ, entry)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				out = append(out, c)
+			}
 			continue // gRFC A97: unsupported call credentials are ignored
 		}
 		c, err := parseJWTTokenFile(entryPath, entry)
 		if err != nil {
 			return nil, err
 		}
-		if creds.Type != CredsTLS {
-			return nil, fieldError(entryPath, fmt.Errorf("%w: %s call credentials need %q channel_creds, not %q: the token would be sent in the clear",
-				ErrInvalidValue, typ, CredsTLS, creds.Type))
+		if creds.Type == CredsInsecure {
+			return nil, fieldError(entryPath, fmt.Errorf("%w: %s call credentials need secure channel_creds, not %q: the token would be sent in the clear",
+				ErrInvalidValue, typ, creds.Type))
 		}
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// callerCallCreds asks opts.CallCreds about the call_creds entry of type
+// typ at path. ok is false when the type is not supported.
+func callerCallCreds(opts *ParseOptions, path, typ string, entry object) (c CallCreds, ok bool, err error) {
+	if opts.CallCreds == nil {
+		return CallCreds{}, false, nil
+	}
+	cfg, _ := entry.get("config")
+	supported, err := opts.CallCreds(typ, cfg)
+	switch {
+	case !supported:
+		return CallCreds{}, false, nil
+	case err != nil:
+		return CallCreds{}, true, fieldError(path, fmt.Errorf("%w: %q call credentials: %w", ErrInvalidValue, typ, err))
+	}
+	return CallCreds{Type: typ, Config: cfg}, true, nil
 }
 
 // parseJWTTokenFile parses the jwt_token_file call credentials entry at path.

@@ -11,7 +11,7 @@ func FuzzParse(f *testing.F) {
 	for _, seed := range []string{
 		keyBase,
 		withServers(""),
-		srv(`[{"type": "google_default"}, {"type": "tls", "config": {"refresh_interval": "1.5s"}}]`),
+		srv(`[{"type": "unknown_creds"}, {"type": "tls", "config": {"refresh_interval": "1.5s"}}]`),
 		watcher(`{"certificate_file": "c", "private_key_file": "k"}`),
 		authority(`{"client_listener_resource_name_template": "xdstp://a/%s"}`),
 		withServers(`"node": {"id": "x", "metadata": {"k": [1, null, {"a": "b"}]}}`),
@@ -38,7 +38,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse() succeeded with no XDSServers")
 		}
 		for _, s := range c.XDSServers {
-			if s.ServerURI == "" || (s.ChannelCreds.Type != CredsInsecure && s.ChannelCreds.Type != CredsTLS) {
+			if s.ServerURI == "" || !isBuiltinCreds(s.ChannelCreds.Type) {
 				t.Fatalf("Parse() succeeded with an invalid server %+v", s)
 			}
 		}

@@ -27,14 +27,16 @@ type canonConfig struct {
 type canonServer struct {
 	URI       string           `json:"uri"`
 	Creds     string           `json:"creds"`
+	CredsConf json.RawMessage  `json:"creds_config,omitempty"`
 	TLS       *canonCert       `json:"tls,omitempty"`
 	Features  []string         `json:"features,omitempty"`
 	CallCreds []canonCallCreds `json:"call_creds,omitempty"`
 }
 
 type canonCallCreds struct {
-	Type         string `json:"type"`
-	JWTTokenFile string `json:"jwt_token_file,omitempty"`
+	Type         string          `json:"type"`
+	JWTTokenFile string          `json:"jwt_token_file,omitempty"`
+	Config       json.RawMessage `json:"config,omitempty"`
 }
 
 type canonAuthority struct {
@@ -100,8 +102,9 @@ func (c *Config) canonicalKey() string {
 }
 
 // canonServers returns the canonical form of servers. The raw credentials
-// configs are left out: for the supported types they say nothing beyond Type,
-// TLS and the parsed call credentials.
+// configs of the built-in types are left out: they say nothing beyond Type,
+// TLS and the parsed call credentials. Another type's config is what its
+// credentials are built from: it is kept, in canonical form.
 func canonServers(servers []*ServerConfig) []canonServer {
 	if len(servers) == 0 {
 		return nil
@@ -112,11 +115,18 @@ func canonServers(servers []*ServerConfig) []canonServer {
 			continue
 		}
 		cs := canonServer{URI: s.ServerURI, Creds: s.ChannelCreds.Type, Features: s.ServerFeatures}
+		if !isBuiltinCreds(s.ChannelCreds.Type) {
+			cs.CredsConf = canonJSON(s.ChannelCreds.Config)
+		}
 		if t := s.ChannelCreds.TLS; t != nil {
 			cs.TLS = &canonCert{CA: t.CACertificateFile, Cert: t.CertificateFile, Key: t.PrivateKeyFile, Refresh: t.RefreshInterval}
 		}
 		for _, c := range s.CallCreds {
-			cs.CallCreds = append(cs.CallCreds, canonCallCreds{Type: c.Type, JWTTokenFile: c.JWTTokenFile})
+			cc := canonCallCreds{Type: c.Type, JWTTokenFile: c.JWTTokenFile}
+			if c.Type != CallCredsJWTTokenFile {
+				cc.Config = canonJSON(c.Config)
+			}
+			cs.CallCreds = append(cs.CallCreds, cc)
 		}
 		out = append(out, cs)
 	}
@@ -152,4 +162,20 @@ func canonJSON(raw json.RawMessage) json.RawMessage {
 		return raw
 	}
 	return b
+}
+
+// Key returns a string that is equal for two ServerConfigs exactly when they
+// describe the same connection to a management server (same URI, channel
+// and call credentials, and features), whatever the formatting of their
+// source JSON: where gRFC A47 says that authorities share a channel.
+func (s *ServerConfig) Key() string {
+	if s == nil {
+		return ""
+	}
+	b, err := json.Marshal(canonServers([]*ServerConfig{s})[0])
+	if err != nil {
+		// Not reached: every field of canonServer can be encoded.
+		panic("bootstrap: encoding the server key: " + err.Error())
+	}
+	return string(b)
 }

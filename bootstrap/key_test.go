@@ -13,7 +13,7 @@ const keyBase = `{
 			"refresh_interval": "600s"}}],
 		 "server_features": ["xds_v3", "ignore_resource_deletion"]},
 		{"server_uri": "fallback:443", "channel_creds": [{"type": "insecure"}]},
-		{"server_uri": "jwt:443", "channel_creds": [{"type": "google_default"}, {"config": {}, "type":"tls"}],
+		{"server_uri": "jwt:443", "channel_creds": [{"type": "unknown_creds"}, {"config": {}, "type":"tls"}],
 		 "call_creds": [{"type": "jwt_token_file", "config": {"jwt_token_file": "/t.jwt"}}]}
 	],
 	"node": {"id": "n1", "cluster": "c", "metadata": {"a": 1, "b": {"c": [true, "x"]}},
@@ -63,7 +63,7 @@ func TestKey_EqualForSameMeaning(t *testing.T) {
 	"authorities": {
 		"b.example.com": {"client_listener_resource_name_template": "xdstp://b.example.com/l/%s", "xds_servers": []},
 		"a.example.com": {"client_listener_resource_name_template": "xdstp://a.example.com/envoy.config.listener.v3.Listener/%s",
-			"xds_servers": [{"channel_creds": [{"type": "google_default"}, {"type": "insecure", "config": {"q": 1}}], "server_uri": "a:443"}]}
+			"xds_servers": [{"channel_creds": [{"type": "unknown_creds"}, {"type": "insecure", "config": {"q": 1}}], "server_uri": "a:443"}]}
 	},
 	"node": {"locality": {"zone": "z"}, "metadata": {"b": {"c": [true, "\u0078"]}, "a": 1.0}, "cluster": "c", "id": "n1",
 		"user_agent_name": "ignored", "unknown": 3},

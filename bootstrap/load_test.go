@@ -24,24 +24,31 @@ func writeFile(t *testing.T, contents string) string {
 	return path
 }
 
+// TestLoad_Precedence checks the order of every gRPC implementation: the
+// option, else the file named by GRPC_XDS_BOOTSTRAP, else
+// GRPC_XDS_BOOTSTRAP_CONFIG; and that Source names the one used.
 func TestLoad_Precedence(t *testing.T) {
 	file := writeFile(t, doc("from-file"))
+	fileSource := `file "` + file + `" (GRPC_XDS_BOOTSTRAP)`
 	tests := []struct {
 		desc       string
 		contents   []byte
 		configEnv  string
 		fileEnv    string
 		wantServer string
+		wantSource string
 	}{
 		{desc: "option over both env vars", contents: []byte(doc("from-option")), configEnv: doc("from-env"), fileEnv: file,
-			wantServer: "from-option"},
-		{desc: "config env over file env", configEnv: doc("from-env"), fileEnv: file, wantServer: "from-env"},
-		{desc: "file env alone", fileEnv: file, wantServer: "from-file"},
-		{desc: "option alone", contents: []byte(doc("from-option")), wantServer: "from-option"},
+			wantServer: "from-option", wantSource: SourceOption},
+		{desc: "file env over config env", configEnv: doc("from-env"), fileEnv: file, wantServer: "from-file",
+			wantSource: fileSource},
+		{desc: "file env alone", fileEnv: file, wantServer: "from-file", wantSource: fileSource},
+		{desc: "config env alone", configEnv: doc("from-env"), wantServer: "from-env", wantSource: EnvBootstrapConfig},
+		{desc: "option alone", contents: []byte(doc("from-option")), wantServer: "from-option", wantSource: SourceOption},
 		{desc: "option with a bad file env", contents: []byte(doc("from-option")), fileEnv: "/does/not/exist",
-			wantServer: "from-option"},
-		{desc: "config env with a bad file env", configEnv: doc("from-env"), fileEnv: "/does/not/exist",
-			wantServer: "from-env"},
+			wantServer: "from-option", wantSource: SourceOption},
+		{desc: "file env with a bad config env", configEnv: `{"xds_servers": 1}`, fileEnv: file,
+			wantServer: "from-file", wantSource: fileSource},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -54,7 +61,38 @@ func TestLoad_Precedence(t *testing.T) {
 			if got := c.XDSServers[0].ServerURI; got != tc.wantServer {
 				t.Errorf("Load() server = %q, want %q", got, tc.wantServer)
 			}
+			if got := c.Source(); got != tc.wantSource {
+				t.Errorf("Load().Source() = %q, want %q", got, tc.wantSource)
+			}
 		})
+	}
+}
+
+// TestLoad_SourceNotInKey: the same bootstrap from two sources shares one
+// xDS client, so Source must not change Key; Parse knows no source.
+func TestLoad_SourceNotInKey(t *testing.T) {
+	t.Setenv(EnvBootstrapFile, "")
+	t.Setenv(EnvBootstrapConfig, doc("s"))
+	fromEnv, err := Load(nil)
+	if err != nil {
+		t.Fatalf("Load() failed: %v", err)
+	}
+	fromOption, err := Load([]byte(doc("s")))
+	if err != nil {
+		t.Fatalf("Load() failed: %v", err)
+	}
+	if fromEnv.Source() == fromOption.Source() {
+		t.Errorf("Source() = %q for both the env var and the option, want them to differ", fromEnv.Source())
+	}
+	if fromEnv.Key() != fromOption.Key() {
+		t.Errorf("Key() differs between sources: %q vs %q", fromEnv.Key(), fromOption.Key())
+	}
+	parsed, err := Parse([]byte(doc("s")))
+	if err != nil {
+		t.Fatalf("Parse() failed: %v", err)
+	}
+	if got := parsed.Source(); got != "" {
+		t.Errorf("Parse().Source() = %q, want empty", got)
 	}
 }
 
@@ -81,6 +119,10 @@ func TestLoad_Errors(t *testing.T) {
 			wantField: "xds_servers", wantErr: ErrMissingField},
 		{desc: "missing file", fileEnv: missingFile, wantSource: `file "` + missingFile + `" (GRPC_XDS_BOOTSTRAP)`,
 			wantErr: fs.ErrNotExist},
+		{desc: "missing file is not skipped for the config env", fileEnv: missingFile, configEnv: doc("from-env"),
+			wantSource: `file "` + missingFile + `" (GRPC_XDS_BOOTSTRAP)`, wantErr: fs.ErrNotExist},
+		{desc: "invalid file is not skipped for the config env", fileEnv: badFile, configEnv: doc("from-env"),
+			wantSource: `file "` + badFile + `" (GRPC_XDS_BOOTSTRAP)`, wantField: "xds_servers", wantErr: ErrMissingField},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {

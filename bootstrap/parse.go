@@ -50,7 +50,45 @@ const DefaultClientListenerResourceNameTemplate = "%s"
 //
 // Parse does no I/O: file names in the bootstrap are checked for presence,
 // not read. The returned Config shares no memory with data.
+//
+// Parse supports the built-in channel credential types only (CredsInsecure,
+// CredsTLS, CredsGoogleDefault); ParseWith adds a caller's.
 func Parse(data []byte) (*Config, error) {
+	return ParseWith(data, ParseOptions{})
+}
+
+// ParseOptions adds to Parse the credential types a caller can build beyond
+// the built-in ones. The zero value adds none.
+type ParseOptions struct {
+	// ChannelCreds reports whether a channel_creds type other than the
+	// built-in ones is supported; nil supports none. config is the entry's
+	// "config", nil when absent or null. For a supported type it also checks
+	// config: a non-nil err fails ParseWith with an *Error naming the entry
+	// and the type. It is called only for entries that the first-supported
+	// rule (gRFC A27) reaches, and never for a built-in type name: the
+	// built-in types win over a caller's of the same name.
+	ChannelCreds func(typ string, config json.RawMessage) (supported bool, err error)
+
+	// ChannelCredsHelp says, in the error of a channel_creds list without
+	// a supported type, which types ChannelCreds supports (for example
+	// "types registered with RegisterChannelCredentials"). Empty when it
+	// has nothing to add to the built-in types.
+	ChannelCredsHelp string
+
+	// CallCreds reports whether a call_creds type other than the built-in
+	// CallCredsJWTTokenFile is supported; nil supports none. config is the
+	// entry's "config", nil when absent or null. For a supported type it
+	// also checks config: a non-nil err fails ParseWith with an *Error
+	// naming the entry and the type. Unsupported types are ignored (gRFC
+	// A97). It is never called for CallCredsJWTTokenFile: the built-in type
+	// wins.
+	CallCreds func(typ string, config json.RawMessage) (supported bool, err error)
+}
+
+// ParseWith is Parse with the credential types of opts supported too. It
+// does what the functions of opts do (checking a config may build
+// credentials), nothing more.
+func ParseWith(data []byte, opts ParseOptions) (*Config, error) {
 	var raw json.RawMessage
 	if err := json.Unmarshal(data, &raw); err != nil {
 		return nil, &Error{Err: fmt.Errorf("invalid JSON: %w", err)}
@@ -64,13 +102,13 @@ func Parse(data []byte) (*Config, error) {
 	if !ok {
 		return nil, missing("xds_servers")
 	}
-	if c.XDSServers, err = parseServers("xds_servers", serversRaw, true); err != nil {
+	if c.XDSServers, err = parseServers(&opts, "xds_servers", serversRaw, true); err != nil {
 		return nil, err
 	}
 	if c.Node, err = parseNode(top); err != nil {
 		return nil, err
 	}
-	if c.Authorities, err = parseAuthorities(top); err != nil {
+	if c.Authorities, err = parseAuthorities(&opts, top); err != nil {
 		return nil, err
 	}
 	if c.ServerListenerResourceNameTemplate, err = top.str("", "server_listener_resource_name_template"); err != nil {
@@ -92,7 +130,7 @@ func Parse(data []byte) (*Config, error) {
 // parseServers parses a list of servers at path: the top-level xds_servers
 // (required, so an empty list is an error) or an authority's (where an empty
 // list means "use the top-level servers" and nil is returned).
-func parseServers(path string, raw json.RawMessage, required bool) ([]*ServerConfig, error) {
+func parseServers(opts *ParseOptions, path string, raw json.RawMessage, required bool) ([]*ServerConfig, error) {
 	list, err := decodeArray(path, raw)
 	if err != nil {
 		return nil, err
@@ -105,7 +143,7 @@ func parseServers(path string, raw json.RawMessage, required bool) ([]*ServerCon
 	}
 	servers := make([]*ServerConfig, len(list))
 	for i, raw := range list {
-		if servers[i], err = parseServer(index(path, i), raw); err != nil {
+		if servers[i], err = parseServer(opts, index(path, i), raw); err != nil {
 			return nil, err
 		}
 	}
@@ -113,7 +151,7 @@ func parseServers(path string, raw json.RawMessage, required bool) ([]*ServerCon
 }
 
 // parseServer parses one entry of an xds_servers list.
-func parseServer(path string, raw json.RawMessage) (*ServerConfig, error) {
+func parseServer(opts *ParseOptions, path string, raw json.RawMessage) (*ServerConfig, error) {
 	o, err := decodeObject(path, raw)
 	if err != nil {
 		return nil, err
@@ -125,10 +163,10 @@ func parseServer(path string, raw json.RawMessage) (*ServerConfig, error) {
 	if s.ServerURI == "" {
 		return nil, missing(join(path, "server_uri"))
 	}
-	if s.ChannelCreds, err = parseChannelCreds(join(path, "channel_creds"), o); err != nil {
+	if s.ChannelCreds, err = parseChannelCreds(opts, join(path, "channel_creds"), o); err != nil {
 		return nil, err
 	}
-	if s.CallCreds, err = parseCallCreds(join(path, "call_creds"), o, s.ChannelCreds); err != nil {
+	if s.CallCreds, err = parseCallCreds(opts, join(path, "call_creds"), o, s.ChannelCreds); err != nil {
 		return nil, err
 	}
 	featuresRaw, ok := o.get("server_features")
@@ -174,7 +212,7 @@ func parseNode(top object) (*corepb.Node, error) {
 
 // parseAuthorities parses the optional "authorities" map (gRFC A47). An empty
 // map is returned as nil, like an absent one.
-func parseAuthorities(top object) (map[string]*Authority, error) {
+func parseAuthorities(opts *ParseOptions, top object) (map[string]*Authority, error) {
 	const path = "authorities"
 	m, err := top.obj("", path)
 	if err != nil || len(m) == 0 {
@@ -182,7 +220,7 @@ func parseAuthorities(top object) (map[string]*Authority, error) {
 	}
 	out := make(map[string]*Authority, len(m))
 	for _, name := range m.sortedKeys() {
-		if out[name], err = parseAuthority(mapKey(path, name), name, m[name]); err != nil {
+		if out[name], err = parseAuthority(opts, mapKey(path, name), name, m[name]); err != nil {
 			return nil, err
 		}
 	}
@@ -190,7 +228,7 @@ func parseAuthorities(top object) (map[string]*Authority, error) {
 }
 
 // parseAuthority parses the entry of the authority name at path.
-func parseAuthority(path, name string, raw json.RawMessage) (*Authority, error) {
+func parseAuthority(opts *ParseOptions, path, name string, raw json.RawMessage) (*Authority, error) {
 	o, err := decodeObject(path, raw)
 	if err != nil {
 		return nil, err
@@ -209,7 +247,7 @@ func parseAuthority(path, name string, raw json.RawMessage) (*Authority, error) 
 			fmt.Errorf("%w %q: must start with %q", ErrInvalidValue, tmpl, "xdstp://"+escaped+"/"))
 	}
 	if raw, ok := o.get("xds_servers"); ok {
-		if a.XDSServers, err = parseServers(join(path, "xds_servers"), raw, false); err != nil {
+		if a.XDSServers, err = parseServers(opts, join(path, "xds_servers"), raw, false); err != nil {
 			return nil, err
 		}
 	}

@@ -97,7 +97,7 @@ func TestParse_Servers(t *testing.T) {
 		{
 			desc: "first supported creds type wins, later entries not examined",
 			in: `{"xds_servers": [{"server_uri": "s", "channel_creds": [
-				{"type": "google_default"}, {"type": "insecure", "config": {"b": 1, "a": 2}}, {"type": "tls", "config": 7}]}]}`,
+				{"type": "unknown_creds"}, {"type": "insecure", "config": {"b": 1, "a": 2}}, {"type": "tls", "config": 7}]}]}`,
 			want: with(func(c *Config) {
 				c.XDSServers = []*ServerConfig{{ServerURI: "s",
 					ChannelCreds: ChannelCreds{Type: CredsInsecure, Config: json.RawMessage(`{"b": 1, "a": 2}`)}}}

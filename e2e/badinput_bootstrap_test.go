@@ -2,10 +2,15 @@ package e2e_test
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/proxyless-grpc/xds"
+	"github.com/proxyless-grpc/xds/bootstrap"
 )
 
 // TestBadInputBootstrap: a bootstrap with one bad field makes NewGRPCServer
@@ -54,8 +59,12 @@ func TestBadInputBootstrap(t *testing.T) {
 		{"no channel_creds", func(b map[string]any) { delete(server0(b), "channel_creds") }, "xds_servers[0].channel_creds"},
 		{"empty channel_creds", func(b map[string]any) { server0(b)["channel_creds"] = []any{} }, "xds_servers[0].channel_creds"},
 		{"only unsupported channel_creds", func(b map[string]any) {
-			server0(b)["channel_creds"] = []any{map[string]any{"type": "google_default"}}
+			server0(b)["channel_creds"] = []any{map[string]any{"type": "no-such-creds"}}
 		}, "xds_servers[0].channel_creds"},
+		{"registered channel_creds with a bad config", func(b map[string]any) {
+			server0(b)["channel_creds"] = []any{map[string]any{"type": "no-such-creds"},
+				map[string]any{"type": tdCredsName, "config": map[string]any{"fail": true}}}
+		}, "xds_servers[0].channel_creds[1]"},
 		{"channel_creds without type", func(b map[string]any) { server0(b)["channel_creds"] = []any{map[string]any{}} }, "xds_servers[0].channel_creds[0].type"},
 		{"tls creds with a certificate and no key", func(b map[string]any) {
 			server0(b)["channel_creds"] = []any{map[string]any{"type": "tls", "config": map[string]any{"certificate_file": "/c.pem"}}}
@@ -146,4 +155,64 @@ func TestBadInputBootstrap(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBadInputBootstrap_ChannelCreds: what NewGRPCServer says about
+// channel_creds. A list of unknown types fails and lists what is supported;
+// a type registered with grpc-go whose builder refuses its config fails,
+// naming the entry and the type, and leaves nothing built; Traffic
+// Director's google_default alone is accepted.
+func TestBadInputBootstrap_ChannelCreds(t *testing.T) {
+	noGoogleNetwork(t)
+	withCreds := func(creds string) []byte {
+		return []byte(`{"xds_servers": [{"server_uri": "` + closedLoopbackAddr(t) + `", "channel_creds": ` + creds + `}],
+			"node": {"id": "n"}, "server_listener_resource_name_template": "grpc/server?xds.resource.listening_address=%s"}`)
+	}
+	tests := []struct {
+		desc     string
+		creds    string
+		wantErr  error
+		wantText []string
+	}{
+		{
+			desc:     "unknown types only",
+			creds:    `[{"type": "no-such-creds"}, {"type": "alts"}]`,
+			wantErr:  bootstrap.ErrNoSupportedCreds,
+			wantText: []string{"xds_servers[0].channel_creds", `["no-such-creds", "alts"]`, "google_default, insecure, tls", "RegisterChannelCredentials"},
+		},
+		{
+			desc:     "registered type with a bad config",
+			creds:    `[{"type": "` + tdCredsName + `", "config": {"fail": 1}}, {"type": "insecure"}]`,
+			wantErr:  bootstrap.ErrInvalidValue,
+			wantText: []string{"xds_servers[0].channel_creds[0]", `"` + tdCredsName + `"`, "asks to fail"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(strings.ReplaceAll(tc.desc, " ", "_"), func(t *testing.T) {
+			builds, cleanups := tdTestCreds.builds.Load(), tdTestCreds.cleanups.Load()
+			s, err := xds.NewGRPCServer(grpc.Creds(insecure.NewCredentials()), xds.BootstrapContents(withCreds(tc.creds)))
+			if err == nil {
+				s.Stop()
+				t.Fatalf("NewGRPCServer succeeded, want an error")
+			}
+			if !errors.Is(err, tc.wantErr) {
+				t.Errorf("NewGRPCServer error %v does not wrap %v", err, tc.wantErr)
+			}
+			for _, w := range tc.wantText {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("NewGRPCServer error %q does not contain %q", err, w)
+				}
+			}
+			if b, c := tdTestCreds.builds.Load()-builds, tdTestCreds.cleanups.Load()-cleanups; b != c {
+				t.Errorf("%d builds of the registered credentials and %d cleanups, want as many", b, c)
+			}
+		})
+	}
+	t.Run("google_default_alone", func(t *testing.T) {
+		s, err := xds.NewGRPCServer(grpc.Creds(insecure.NewCredentials()), xds.BootstrapContents(withCreds(`[{"type": "google_default"}]`)))
+		if err != nil {
+			t.Fatalf("NewGRPCServer with google_default channel_creds: %v", err)
+		}
+		s.Stop()
+	})
 }

@@ -118,11 +118,12 @@ func validBootstrap(t *testing.T) []byte {
 
 // TestNewGRPCServer_BootstrapFromEnvironment checks that the bootstrap is
 // read from the environment when NewGRPCServer runs (not at init), from
-// GRPC_XDS_BOOTSTRAP_CONFIG before GRPC_XDS_BOOTSTRAP, and that the option
-// wins over both: the server subscribes to the Listener named by the
+// the file named by GRPC_XDS_BOOTSTRAP before GRPC_XDS_BOOTSTRAP_CONFIG (the
+// order of grpc-go, grpc-java and C-core), and that the option wins over
+// both: the server subscribes to the Listener named by the
 // template of the bootstrap it should use.
 func TestNewGRPCServer_BootstrapFromEnvironment(t *testing.T) {
-	for _, src := range []string{"option", "GRPC_XDS_BOOTSTRAP_CONFIG", "GRPC_XDS_BOOTSTRAP"} {
+	for _, src := range []string{"option", "GRPC_XDS_BOOTSTRAP", "GRPC_XDS_BOOTSTRAP_CONFIG"} {
 		t.Run(src, func(t *testing.T) {
 			ctx := testContext(t)
 			ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
@@ -144,18 +145,15 @@ func TestNewGRPCServer_BootstrapFromEnvironment(t *testing.T) {
 				t.Setenv("GRPC_XDS_BOOTSTRAP_CONFIG", string(other))
 				t.Setenv("GRPC_XDS_BOOTSTRAP", "")
 				opts = append(opts, xds.BootstrapContents(good))
-			case "GRPC_XDS_BOOTSTRAP_CONFIG":
-				if err := os.WriteFile(file, other, 0o600); err != nil {
-					t.Fatal(err)
-				}
-				t.Setenv("GRPC_XDS_BOOTSTRAP_CONFIG", string(good))
-				t.Setenv("GRPC_XDS_BOOTSTRAP", file)
 			case "GRPC_XDS_BOOTSTRAP":
 				if err := os.WriteFile(file, good, 0o600); err != nil {
 					t.Fatal(err)
 				}
-				t.Setenv("GRPC_XDS_BOOTSTRAP_CONFIG", "")
+				t.Setenv("GRPC_XDS_BOOTSTRAP_CONFIG", string(other))
 				t.Setenv("GRPC_XDS_BOOTSTRAP", file)
+			case "GRPC_XDS_BOOTSTRAP_CONFIG":
+				t.Setenv("GRPC_XDS_BOOTSTRAP_CONFIG", string(good))
+				t.Setenv("GRPC_XDS_BOOTSTRAP", "")
 			}
 			s, err := xds.NewGRPCServer(opts...)
 			if err != nil {

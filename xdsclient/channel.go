@@ -3,7 +3,6 @@ package xdsclient
 import (
 	"context"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +29,11 @@ type xdsChannel struct {
 	dialErr error                   // immutable
 	ctx     context.Context         // immutable; cancelled by close
 	cancel  context.CancelFunc      // immutable
+
+	// credsCleanup releases what the channel's credentials hold (a
+	// registered type's bundle); run calls it after closing cc. Immutable;
+	// nil when dialErr is set (released already).
+	credsCleanup func()
 
 	mu      sync.Mutex
 	live    *liveStream   // guarded by mu; the stream requests are written to, nil if none
@@ -75,25 +79,7 @@ type liveStream struct {
 
 // serverKey identifies a management server connection (gRFC A47: same URI,
 // credentials and features share one channel).
-func serverKey(s *bootstrap.ServerConfig) string {
-	var b strings.Builder
-	b.WriteString(s.ServerURI)
-	b.WriteByte(0)
-	b.WriteString(s.ChannelCreds.Type)
-	b.WriteByte(0)
-	b.Write(s.ChannelCreds.Config)
-	for _, f := range s.ServerFeatures {
-		b.WriteByte(0)
-		b.WriteString(f)
-	}
-	for _, cc := range s.CallCreds {
-		b.WriteByte(1)
-		b.WriteString(cc.Type)
-		b.WriteByte(0)
-		b.WriteString(cc.JWTTokenFile)
-	}
-	return b.String()
-}
+func serverKey(s *bootstrap.ServerConfig) string { return s.Key() }
 
 // acquireChannel returns the channel to server, creating it (and starting
 // its goroutine) on first use. Only called from serializer callbacks.
@@ -112,7 +98,7 @@ func (c *Client) acquireChannel(server *bootstrap.ServerConfig) *xdsChannel {
 		users:  make(map[*authority]struct{}),
 		types:  make(map[string]*typeState),
 	}
-	opts, err := credentialOptions(server)
+	opts, cleanup, err := credentialOptions(server)
 	if err == nil {
 		// gRPC's default 4 MB receive limit is far below what a
 		// control plane may send (a Listener with thousands of filter
@@ -121,6 +107,11 @@ func (c *Client) acquireChannel(server *bootstrap.ServerConfig) *xdsChannel {
 		// such limit either.
 		opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxResponseSize)))
 		ch.cc, err = grpc.NewClient(server.ServerURI, opts...)
+		if err != nil {
+			cleanup()
+		} else {
+			ch.credsCleanup = cleanup
+		}
 	}
 	ch.dialErr = err
 	c.channels[key] = ch
@@ -272,6 +263,9 @@ func (ch *xdsChannel) run() {
 	defer func() {
 		if ch.cc != nil {
 			ch.cc.Close()
+		}
+		if ch.credsCleanup != nil {
+			ch.credsCleanup()
 		}
 	}()
 	if ch.dialErr != nil {

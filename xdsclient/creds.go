@@ -3,6 +3,7 @@ package xdsclient
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,25 +13,167 @@ import (
 	"github.com/proxyless-grpc/xds/bootstrap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/google"
 	"google.golang.org/grpc/credentials/insecure"
+	grpcbootstrap "google.golang.org/grpc/xds/bootstrap"
 )
 
+// BootstrapOptions returns the options with which to parse a bootstrap
+// for this package's clients (bootstrap.ParseWith, bootstrap.LoadWith):
+// beyond the built-in credential types (channel credentials insecure, tls
+// and google_default; call credentials jwt_token_file), every type
+// registered in grpc-go's registry, google.golang.org/grpc/xds/bootstrap
+// (RegisterChannelCredentials, RegisterCallCredentials), is supported, so
+// that a program moved from grpc-go keeps its own types. The built-in types
+// win over registered ones of the same name (grpc-go registers its own
+// insecure, tls, google_default and jwt_token_file).
+//
+// A registered type's config is checked while parsing by building its
+// credentials once and releasing them at once; a client builds them again
+// for each channel that uses them and releases them when the channel closes.
+func BootstrapOptions() bootstrap.ParseOptions {
+	return bootstrap.ParseOptions{
+		ChannelCreds: checkRegisteredChannelCreds,
+		ChannelCredsHelp: "or a type registered with " +
+			"google.golang.org/grpc/xds/bootstrap.RegisterChannelCredentials",
+		CallCreds: checkRegisteredCallCreds,
+	}
+}
+
+// checkRegisteredChannelCreds reports whether typ is registered with
+// grpc-go as channel credentials and, if it is, whether its builder accepts
+// config.
+func checkRegisteredChannelCreds(typ string, config json.RawMessage) (supported bool, err error) {
+	b := grpcbootstrap.GetChannelCredentials(typ)
+	if b == nil {
+		return false, nil
+	}
+	_, cleanup, err := b.Build(config)
+	if cleanup != nil {
+		cleanup()
+	}
+	return true, err
+}
+
+// checkRegisteredCallCreds is checkRegisteredChannelCreds for call
+// credentials.
+func checkRegisteredCallCreds(typ string, config json.RawMessage) (supported bool, err error) {
+	b := grpcbootstrap.GetCallCredentials(typ)
+	if b == nil {
+		return false, nil
+	}
+	_, cleanup, err := b.Build(config)
+	if cleanup != nil {
+		cleanup()
+	}
+	return true, err
+}
+
 // credentialOptions returns the dial options of a management server's
-// credentials: its channel credentials and, over TLS, the call credentials
-// of its call_creds (gRFC A97), sent on every ADS stream.
-func credentialOptions(s *bootstrap.ServerConfig) ([]grpc.DialOption, error) {
-	creds, err := transportCredentials(s)
+// credentials: its channel credentials and the call credentials of its
+// call_creds (gRFC A97), sent on every ADS stream. cleanup, never nil,
+// releases what the credentials hold; the caller calls it once the
+// connection is closed. On error there is nothing to release.
+func credentialOptions(s *bootstrap.ServerConfig) (opts []grpc.DialOption, cleanup func(), err error) {
+	opts, chanCleanup, err := channelCredentials(s)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
-	for _, cc := range s.CallCreds {
-		if cc.Type != bootstrap.CallCredsJWTTokenFile {
-			return nil, fmt.Errorf("management server %q: unsupported call credentials %q", s.ServerURI, cc.Type)
+	cleanups := []func(){chanCleanup}
+	cleanup = func() {
+		for _, f := range cleanups {
+			f()
 		}
-		opts = append(opts, grpc.WithPerRPCCredentials(newTokenFileCreds(cc.JWTTokenFile)))
 	}
-	return opts, nil
+	for _, cc := range s.CallCreds {
+		creds, ccCleanup, err := callCredentials(s, cc)
+		if err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+		cleanups = append(cleanups, ccCleanup)
+		opts = append(opts, grpc.WithPerRPCCredentials(creds))
+	}
+	return opts, cleanup, nil
+}
+
+// callCredentials builds one call credential of a management server: the
+// built-in jwt_token_file, else the type registered with grpc-go (see
+// BootstrapOptions). cleanup is never nil when err is nil.
+func callCredentials(s *bootstrap.ServerConfig, cc bootstrap.CallCreds) (creds credentials.PerRPCCredentials, cleanup func(), err error) {
+	if cc.Type == bootstrap.CallCredsJWTTokenFile {
+		return newTokenFileCreds(cc.JWTTokenFile), func() {}, nil
+	}
+	b := grpcbootstrap.GetCallCredentials(cc.Type)
+	if b == nil {
+		return nil, nil, fmt.Errorf("management server %q: unsupported call credentials %q (not registered with google.golang.org/grpc/xds/bootstrap)",
+			s.ServerURI, cc.Type)
+	}
+	creds, cleanup, err = b.Build(cc.Config)
+	if cleanup == nil {
+		cleanup = func() {}
+	}
+	switch {
+	case err != nil:
+		cleanup()
+		return nil, nil, fmt.Errorf("%q call credentials of management server %q: %w", cc.Type, s.ServerURI, err)
+	case creds == nil:
+		cleanup()
+		return nil, nil, fmt.Errorf("%q call credentials of management server %q: the registered builder returned no credentials", cc.Type, s.ServerURI)
+	}
+	return creds, cleanup, nil
+}
+
+// bundleDialOptions is implemented by credential bundles that need dial
+// options of their own, which grpc-go's xDS client applies too.
+type bundleDialOptions interface {
+	DialOptions() []grpc.DialOption
+}
+
+// channelCredentials returns the dial options of the channel credentials of
+// a management server: the built-in types, else the type registered with
+// grpc-go (see BootstrapOptions), dialed with its credentials bundle as
+// grpc-go's xDS client does (its transport and per-RPC credentials, and its
+// own dial options if it has any).
+func channelCredentials(s *bootstrap.ServerConfig) (opts []grpc.DialOption, cleanup func(), err error) {
+	nop := func() {}
+	switch s.ChannelCreds.Type {
+	case bootstrap.CredsInsecure, bootstrap.CredsTLS:
+		creds, err := transportCredentials(s)
+		if err != nil {
+			return nil, nil, err
+		}
+		return []grpc.DialOption{grpc.WithTransportCredentials(creds)}, nop, nil
+	case bootstrap.CredsGoogleDefault:
+		return bundleOptions(google.NewDefaultCredentials()), nop, nil
+	}
+	b := grpcbootstrap.GetChannelCredentials(s.ChannelCreds.Type)
+	if b == nil {
+		return nil, nil, fmt.Errorf("management server %q: unsupported channel credentials %q (not registered with google.golang.org/grpc/xds/bootstrap)",
+			s.ServerURI, s.ChannelCreds.Type)
+	}
+	bundle, cleanup, err := b.Build(s.ChannelCreds.Config)
+	if cleanup == nil {
+		cleanup = nop
+	}
+	switch {
+	case err != nil:
+		cleanup()
+		return nil, nil, fmt.Errorf("%q channel credentials of management server %q: %w", s.ChannelCreds.Type, s.ServerURI, err)
+	case bundle == nil:
+		cleanup()
+		return nil, nil, fmt.Errorf("%q channel credentials of management server %q: the registered builder returned no credentials", s.ChannelCreds.Type, s.ServerURI)
+	}
+	return bundleOptions(bundle), cleanup, nil
+}
+
+// bundleOptions returns the dial options of a credentials bundle.
+func bundleOptions(bundle credentials.Bundle) []grpc.DialOption {
+	opts := []grpc.DialOption{grpc.WithCredentialsBundle(bundle)}
+	if d, ok := bundle.(bundleDialOptions); ok {
+		opts = append(opts, d.DialOptions()...)
+	}
+	return opts
 }
 
 // transportCredentials builds the channel credentials of a management server

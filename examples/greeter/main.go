@@ -3,8 +3,8 @@
 //
 //	GRPC_XDS_BOOTSTRAP=examples/greeter/bootstrap.json go run ./examples/greeter -addr 127.0.0.1:50051
 //
-// It reads its xDS bootstrap the standard way (GRPC_XDS_BOOTSTRAP_CONFIG,
-// else the file named by GRPC_XDS_BOOTSTRAP), lets the control plane choose
+// It reads its xDS bootstrap the standard way (the file named by
+// GRPC_XDS_BOOTSTRAP, else GRPC_XDS_BOOTSTRAP_CONFIG), lets the control plane choose
 // each connection's security (xds.NewServerCredentials, plaintext when the
 // filter chain has no TLS), logs serving-mode changes and mirrors them in the
 // gRPC health service, and registers CSDS and server reflection next to its
