@@ -30,7 +30,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	statusgrpc "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
+	statuspb "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/authz/audit"
 	"google.golang.org/grpc/credentials"
@@ -82,7 +82,7 @@ func main() {
 		log.Fatalf("creating the CSDS service: %v", err)
 	}
 	defer csdsServer.Close()
-	statusgrpc.RegisterClientStatusDiscoveryServiceServer(maintenance, csdsServer)
+	statuspb.RegisterClientStatusDiscoveryServiceServer(maintenance, csdsServer)
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
