@@ -10,7 +10,8 @@ import (
 	"google.golang.org/grpc/connectivity"
 
 	"github.com/proxyless-grpc/xds/internal/metrics"
-	"github.com/proxyless-grpc/xds/xdsclient"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
+	pubxdsclient "github.com/proxyless-grpc/xds/xdsclient"
 )
 
 // DefaultDrainGraceTime is how long a drained connection may keep running
@@ -127,7 +128,7 @@ func MeterProvider(mp metric.MeterProvider) grpc.ServerOption {
 // instead of xdsclient.DefaultPool. Servers of one process whose bootstrap
 // configurations are equal share one client per pool. A nil p means
 // xdsclient.DefaultPool.
-func ClientPool(p *xdsclient.Pool) grpc.ServerOption {
+func ClientPool(p *pubxdsclient.Pool) grpc.ServerOption {
 	return &clientPoolOption{p: p}
 }
 
@@ -158,7 +159,7 @@ type meterProviderOption struct {
 
 type clientPoolOption struct {
 	grpc.EmptyServerOption
-	p *xdsclient.Pool
+	p *pubxdsclient.Pool
 }
 
 // serverOptions are the options of NewGRPCServer, split into this package's
@@ -221,9 +222,9 @@ func parseOptions(opts []grpc.ServerOption) (*serverOptions, error) {
 			}
 			so.readiness = &o.r
 		case *clientPoolOption:
-			so.pool = o.p
-			if so.pool == nil {
-				so.pool = xdsclient.DefaultPool
+			so.pool = xdsclient.DefaultPool
+			if o.p != nil {
+				so.pool = xdsclient.PoolOf(o.p)
 			}
 		default:
 			so.grpcOpts = append(so.grpcOpts, o)

@@ -15,7 +15,7 @@ import (
 	"github.com/proxyless-grpc/xds/internal/server/connserver"
 	"github.com/proxyless-grpc/xds/internal/server/listener"
 	"github.com/proxyless-grpc/xds/internal/server/serverlog"
-	"github.com/proxyless-grpc/xds/xdsclient"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
 )
 
 // GRPCServer is a gRPC server whose listeners are configured by an xDS

@@ -7,7 +7,7 @@ import (
 
 	"github.com/proxyless-grpc/xds/internal/server/listener"
 	"github.com/proxyless-grpc/xds/internal/server/status"
-	"github.com/proxyless-grpc/xds/xdsclient"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
 )
 
 func init() {

@@ -14,8 +14,8 @@ import (
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/server/rpcpath"
 	"github.com/proxyless-grpc/xds/internal/server/status"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
 	"github.com/proxyless-grpc/xds/internal/xdsresource"
-	"github.com/proxyless-grpc/xds/xdsclient"
 )
 
 // page is what the template renders: the status in words.

@@ -40,7 +40,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/proxyless-grpc/xds/internal/syncutil"
-	"github.com/proxyless-grpc/xds/xdsclient"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
 )
 
 var logger = grpclog.Component("csds")

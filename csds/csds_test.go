@@ -21,7 +21,8 @@ import (
 	"github.com/proxyless-grpc/xds/csds"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
-	"github.com/proxyless-grpc/xds/xdsclient"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
+	pubxdsclient "github.com/proxyless-grpc/xds/xdsclient"
 )
 
 // TestDependencies: the CSDS service builds on the xDS client, not on the
@@ -170,7 +171,7 @@ func TestRequestedThenDoesNotExist(t *testing.T) {
 	env := newTestEnv(t)
 	cl := startCSDS(t)
 	pool := xdsclient.NewPool(xdsclient.Options{WatchExpiryTimeout: 500 * time.Millisecond})
-	_, addrs := env.serve(t, 1, nil, xds.ClientPool(pool))
+	_, addrs := env.serve(t, 1, nil, xds.ClientPool(xdsclient.WrapPool(pool).(*pubxdsclient.Pool)))
 	k := resourceKey{listenerURL, e2e.ServerListenerName("127.0.0.1", uint32(addrs[0].Port))}
 	cfg := waitForStatuses(ctx, t, cl, env.nodeID, map[resourceKey]adminpb.ClientResourceStatus{k: adminpb.ClientResourceStatus_REQUESTED})
 	if g := byResource(cfg)[k]; g.GetVersionInfo() != "" || g.GetXdsConfig() != nil || g.GetLastUpdated() != nil || g.GetErrorState() != nil {
@@ -246,7 +247,7 @@ func TestEveryClientReported(t *testing.T) {
 	envB := newTestEnvFor(t, envA.ms, envA.nodeID+"-b")
 	cl := startCSDS(t)
 	_, addrsA := envA.serve(t, 1, nil)
-	_, addrsB := envB.serve(t, 1, nil, xds.ClientPool(xdsclient.NewPool(xdsclient.Options{})))
+	_, addrsB := envB.serve(t, 1, nil, xds.ClientPool(xdsclient.WrapPool(xdsclient.NewPool(xdsclient.Options{})).(*pubxdsclient.Pool)))
 	kA := resourceKey{listenerURL, e2e.ServerListenerName("127.0.0.1", uint32(addrsA[0].Port))}
 	kB := resourceKey{listenerURL, e2e.ServerListenerName("127.0.0.1", uint32(addrsB[0].Port))}
 	cfgA := waitForStatuses(ctx, t, cl, envA.nodeID, map[resourceKey]adminpb.ClientResourceStatus{kA: adminpb.ClientResourceStatus_REQUESTED})
@@ -325,7 +326,7 @@ func TestTimeout(t *testing.T) {
 	})
 	cl := startCSDS(t)
 	pool := xdsclient.NewPool(xdsclient.Options{WatchExpiryTimeout: 100 * time.Millisecond})
-	_, addrs := env.serve(t, 1, nil, xds.ClientPool(pool))
+	_, addrs := env.serve(t, 1, nil, xds.ClientPool(xdsclient.WrapPool(pool).(*pubxdsclient.Pool)))
 	k := resourceKey{listenerURL, e2e.ServerListenerName("127.0.0.1", uint32(addrs[0].Port))}
 	waitForStatuses(ctx, t, cl, env.nodeID, map[resourceKey]adminpb.ClientResourceStatus{k: adminpb.ClientResourceStatus_TIMEOUT})
 }

@@ -28,7 +28,8 @@ import (
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/chaosproxy"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
-	"github.com/proxyless-grpc/xds/xdsclient"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
+	pubxdsclient "github.com/proxyless-grpc/xds/xdsclient"
 )
 
 const (
@@ -78,7 +79,7 @@ func newChaosEnv(ctx context.Context, t *testing.T, expiry time.Duration) *chaos
 		WatchExpiryTimeout: expiry,
 		Backoff:            func(int) time.Duration { return chaosBackoff },
 	})
-	s := env.newServer(t, xds.ClientPool(pool))
+	s := env.newServer(t, xds.ClientPool(xdsclient.WrapPool(pool).(*pubxdsclient.Pool)))
 	lis, _ := listen(t, "127.0.0.1")
 	e := &chaosEnv{testEnv: env, proxy: proxy, s: s, lis: lis}
 	env.update(ctx, t, []*listenerpb.Listener{e.listener()}, []*routepb.RouteConfiguration{chaosRouteConfig(1, false)})

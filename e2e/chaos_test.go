@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
-	"github.com/proxyless-grpc/xds/xdsclient"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
 )
 
 // chaosGoroutineSlack is how many more goroutines than before the scenarios

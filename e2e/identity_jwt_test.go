@@ -11,7 +11,8 @@ import (
 
 	"github.com/proxyless-grpc/xds"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
-	"github.com/proxyless-grpc/xds/xdsclient"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
+	pubxdsclient "github.com/proxyless-grpc/xds/xdsclient"
 )
 
 // jwtServer creates an xDS server for env's bootstrap with a short
@@ -19,7 +20,7 @@ import (
 func (e *jwtEnv) jwtServer(t *testing.T) (*testServer, net.Listener) {
 	t.Helper()
 	pool := xdsclient.NewPool(xdsclient.Options{Backoff: func(int) time.Duration { return 50 * time.Millisecond }})
-	s := e.newServer(t, xds.ClientPool(pool))
+	s := e.newServer(t, xds.ClientPool(xdsclient.WrapPool(pool).(*pubxdsclient.Pool)))
 	lis, _ := listen(t, "127.0.0.1")
 	return s, lis
 }

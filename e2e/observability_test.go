@@ -10,7 +10,8 @@ import (
 
 	"github.com/proxyless-grpc/xds"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
-	"github.com/proxyless-grpc/xds/xdsclient"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
+	pubxdsclient "github.com/proxyless-grpc/xds/xdsclient"
 )
 
 // TestLogging_Once checks that each event an operator must see is logged
@@ -24,7 +25,7 @@ func TestLogging_Once(t *testing.T) {
 	env := newTestEnv(t)
 	logs := warningsOf(env.nodeID) // the xDS client's warnings carry the node ID
 	fast := func(int) time.Duration { return 10 * time.Millisecond }
-	s := env.newServer(t, xds.ClientPool(xdsclient.NewPool(xdsclient.Options{Backoff: fast})))
+	s := env.newServer(t, xds.ClientPool(xdsclient.WrapPool(xdsclient.NewPool(xdsclient.Options{Backoff: fast})).(*pubxdsclient.Pool)))
 	lis, _ := listen(t, "127.0.0.1")
 	s.serveOn(lis)
 	addr := lis.Addr()

@@ -23,7 +23,8 @@ import (
 
 	"github.com/proxyless-grpc/xds"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
-	"github.com/proxyless-grpc/xds/xdsclient"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
+	pubxdsclient "github.com/proxyless-grpc/xds/xdsclient"
 )
 
 // startServing starts a server for env on 127.0.0.1 with opts, publishes
@@ -305,7 +306,7 @@ func TestRouting_RDSDoesNotExist(t *testing.T) {
 	pool := xdsclient.NewPool(xdsclient.Options{WatchExpiryTimeout: 500 * time.Millisecond})
 	_, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
 		return testListener(a, []chainSpec{{name: "A", rds: "missing"}}, nil)
-	}, nil, xds.ClientPool(pool))
+	}, nil, xds.ClientPool(xdsclient.WrapPool(pool).(*pubxdsclient.Pool)))
 	c := newClient(t, addr, "127.0.0.1", 0)
 	_, err := c.EmptyCall(ctx, &testpb.Empty{})
 	if got := status.Code(err); got != codes.Unavailable {

@@ -25,7 +25,8 @@ import (
 	"github.com/proxyless-grpc/xds/bootstrap"
 	"github.com/proxyless-grpc/xds/filterchain"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
-	"github.com/proxyless-grpc/xds/xdsclient"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
+	pubxdsclient "github.com/proxyless-grpc/xds/xdsclient"
 )
 
 // TestNewGRPCServer_BootstrapErrors checks that NewGRPCServer fails, with an
@@ -488,8 +489,8 @@ func TestServingModes_DoesNotExist(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	env := newTestEnv(t)
-	pool := xdsclient.NewPool(xdsclient.Options{WatchExpiryTimeout: 500 * time.Millisecond})
-	s := env.newServer(t, xds.ClientPool(pool))
+	// The public pool and its option, as a user shortens the timer.
+	s := env.newServer(t, xds.ClientPool(pubxdsclient.NewPool(pubxdsclient.Options{WatchExpiryTimeout: 500 * time.Millisecond})))
 	lis, _ := listen(t, "127.0.0.1")
 	s.serveOn(lis)
 	args := s.modes.wait(ctx, t, lis.Addr(), connectivity.ServingModeNotServing)

@@ -14,7 +14,7 @@ func TestDeps(t *testing.T) {
 		mod + "$",
 		mod + "/internal/server",
 		mod + "/filterchain",
-		mod + "/xdsclient",
+		mod + "/internal/xdsclient",
 		mod + "/internal/xdsresource",
 	}, testutils.PureForbidden...)...)
 }

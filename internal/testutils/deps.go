@@ -77,7 +77,7 @@ func listDeps(t *testing.T, pkg string) []string {
 var PureForbidden = []string{
 	"testing",
 	"google.golang.org/grpc",
-	ModulePath + "/xdsclient",
+	ModulePath + "/internal/xdsclient",
 	ModulePath + "/internal/testutils",
 }
 

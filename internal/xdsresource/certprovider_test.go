@@ -14,8 +14,8 @@ import (
 
 	"github.com/proxyless-grpc/xds/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
 	"github.com/proxyless-grpc/xds/internal/xdsresource"
-	"github.com/proxyless-grpc/xds/xdsclient"
 )
 
 // testPluginName names a real certificate provider plugin, registered with

@@ -17,7 +17,7 @@ import (
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/httpfilter/builtin"
 	"github.com/proxyless-grpc/xds/internal/routing"
-	"github.com/proxyless-grpc/xds/xdsclient"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
 )
 
 // Type URLs of the resources of this package.

@@ -17,8 +17,8 @@ import (
 	"github.com/proxyless-grpc/xds/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
 	"github.com/proxyless-grpc/xds/internal/xdsresource"
-	"github.com/proxyless-grpc/xds/xdsclient"
 )
 
 func TestMain(m *testing.M) { testutils.VerifyNoLeaks(m) }

@@ -24,7 +24,7 @@ import (
 	"github.com/proxyless-grpc/xds/internal/server/connserver"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
-	"github.com/proxyless-grpc/xds/xdsclient"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
 )
 
 const defaultTestTimeout = 10 * time.Second

@@ -34,8 +34,8 @@ import (
 	"github.com/proxyless-grpc/xds/internal/server/serverlog"
 	"github.com/proxyless-grpc/xds/internal/server/status"
 	"github.com/proxyless-grpc/xds/internal/syncutil"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
 	"github.com/proxyless-grpc/xds/internal/xdsresource"
-	"github.com/proxyless-grpc/xds/xdsclient"
 )
 
 // Params are the inputs of New.

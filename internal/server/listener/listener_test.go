@@ -22,7 +22,7 @@ import (
 	"github.com/proxyless-grpc/xds/internal/server/connserver"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
-	"github.com/proxyless-grpc/xds/xdsclient"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
 )
 
 // waitStats waits until cs's connection counts are want.

@@ -21,8 +21,8 @@ import (
 	"github.com/proxyless-grpc/xds/internal/routing"
 	"github.com/proxyless-grpc/xds/internal/server/rpcpath"
 	"github.com/proxyless-grpc/xds/internal/server/serverlog"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
 	"github.com/proxyless-grpc/xds/internal/xdsresource"
-	"github.com/proxyless-grpc/xds/xdsclient"
 )
 
 // Params are the inputs of New.

@@ -19,8 +19,8 @@ import (
 	"github.com/proxyless-grpc/xds/internal/syncutil"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
 	"github.com/proxyless-grpc/xds/internal/xdsresource"
-	"github.com/proxyless-grpc/xds/xdsclient"
 )
 
 var logs *testutils.Logs

@@ -12,7 +12,7 @@ func TestDeps(t *testing.T) {
 	const mod = testutils.ModulePath
 	testutils.CheckDeps(t, mod+"/internal/server/rpcpath", append([]string{
 		mod + "$",
-		mod + "/xdsclient",
+		mod + "/internal/xdsclient",
 		mod + "/internal/server/listener",
 		mod + "/internal/server/rds",
 		mod + "/internal/server/connserver",

@@ -14,7 +14,7 @@ import (
 	"github.com/proxyless-grpc/xds/filterchain"
 	"github.com/proxyless-grpc/xds/internal/server/connserver"
 	"github.com/proxyless-grpc/xds/internal/server/rpcpath"
-	"github.com/proxyless-grpc/xds/xdsclient"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
 )
 
 // Server is the status of one xds.GRPCServer.

@@ -17,7 +17,7 @@ import (
 
 	"github.com/proxyless-grpc/xds/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
-	"github.com/proxyless-grpc/xds/xdsclient"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
 )
 
 // countingCreds are channel credentials registered with grpc-go's registry:

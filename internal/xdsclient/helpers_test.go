@@ -13,7 +13,7 @@ import (
 	"github.com/proxyless-grpc/xds/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
-	"github.com/proxyless-grpc/xds/xdsclient"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
 	"google.golang.org/protobuf/proto"
 )
 

@@ -19,7 +19,7 @@ import (
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"github.com/proxyless-grpc/xds/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
-	"github.com/proxyless-grpc/xds/xdsclient"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
 )
 
 // testCA issues certificates for the TLS test.

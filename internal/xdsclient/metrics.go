@@ -13,7 +13,7 @@ import (
 const DefaultScope = "#server"
 
 // meterName is the instrumentation scope of the client's metrics.
-const meterName = "github.com/proxyless-grpc/xds/xdsclient"
+const meterName = "github.com/proxyless-grpc/xds/internal/xdsclient"
 
 // Metric names and attribute keys of gRFC A78.
 const (

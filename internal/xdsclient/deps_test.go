@@ -11,7 +11,7 @@ import (
 // not pull in package testing or the test helpers.
 func TestDependencies(t *testing.T) {
 	const mod = testutils.ModulePath
-	testutils.CheckDeps(t, mod+"/xdsclient",
+	testutils.CheckDeps(t, mod+"/internal/xdsclient",
 		mod+"/filterchain",
 		mod+"/internal/routing",
 		mod+"/internal/httpfilter",

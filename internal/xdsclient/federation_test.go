@@ -5,7 +5,7 @@ import (
 
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
-	"github.com/proxyless-grpc/xds/xdsclient"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
 )
 
 // xdstp names go to their authority's servers (gRFC A47), old-style names to

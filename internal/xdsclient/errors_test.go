@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
-	"github.com/proxyless-grpc/xds/xdsclient"
+	"github.com/proxyless-grpc/xds/internal/xdsclient"
 )
 
 func TestNewErrors(t *testing.T) {
