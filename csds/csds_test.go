@@ -30,7 +30,7 @@ import (
 func TestDependencies(t *testing.T) {
 	const mod = testutils.ModulePath
 	testutils.CheckDeps(t, mod+"/csds",
-		mod+"/filterchain", mod+"/internal/routing", mod+"/internal/xdsresource",
+		mod+"/internal/filterchain", mod+"/internal/routing", mod+"/internal/xdsresource",
 		mod+"/internal/httpfilter", mod+"/rbac", mod+"/internal/testutils", "testing")
 }
 

@@ -13,7 +13,7 @@ func TestDeps(t *testing.T) {
 	testutils.CheckDeps(t, mod+"/internal/httpfilter", append([]string{
 		mod + "$",
 		mod + "/internal/server",
-		mod + "/filterchain",
+		mod + "/internal/filterchain",
 		mod + "/internal/xdsclient",
 		mod + "/internal/xdsresource",
 	}, testutils.PureForbidden...)...)

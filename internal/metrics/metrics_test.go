@@ -95,5 +95,5 @@ func TestRBACNoAllocs(t *testing.T) {
 // TestDependencies: the recorders need only the OpenTelemetry API.
 func TestDependencies(t *testing.T) {
 	const mod = testutils.ModulePath
-	testutils.CheckDeps(t, mod+"/internal/metrics", mod+"/xdsclient", mod+"/filterchain", mod+"/internal/testutils", "testing")
+	testutils.CheckDeps(t, mod+"/internal/metrics", mod+"/internal/xdsclient", mod+"/internal/filterchain", mod+"/internal/testutils", "testing")
 }

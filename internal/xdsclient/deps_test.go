@@ -12,7 +12,7 @@ import (
 func TestDependencies(t *testing.T) {
 	const mod = testutils.ModulePath
 	testutils.CheckDeps(t, mod+"/internal/xdsclient",
-		mod+"/filterchain",
+		mod+"/internal/filterchain",
 		mod+"/internal/routing",
 		mod+"/internal/httpfilter",
 		mod+"/rbac",

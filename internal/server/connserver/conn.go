@@ -11,7 +11,7 @@ import (
 
 	"google.golang.org/grpc/mem"
 
-	"github.com/proxyless-grpc/xds/filterchain"
+	"github.com/proxyless-grpc/xds/internal/filterchain"
 )
 
 // conn is the net.Conn an xDS server hands to gRPC for one accepted

@@ -15,7 +15,7 @@ import (
 
 	"google.golang.org/grpc/mem"
 
-	"github.com/proxyless-grpc/xds/filterchain"
+	"github.com/proxyless-grpc/xds/internal/filterchain"
 )
 
 const defaultTestTimeout = 10 * time.Second

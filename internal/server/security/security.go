@@ -28,8 +28,8 @@ import (
 	gcp "google.golang.org/grpc/credentials/tls/certprovider"
 
 	"github.com/proxyless-grpc/xds/bootstrap"
-	"github.com/proxyless-grpc/xds/filterchain"
 	"github.com/proxyless-grpc/xds/internal/certprovider"
+	"github.com/proxyless-grpc/xds/internal/filterchain"
 	"github.com/proxyless-grpc/xds/internal/metrics"
 	"github.com/proxyless-grpc/xds/internal/server/serverlog"
 )
