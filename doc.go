@@ -81,7 +81,7 @@
 // a connection gracefully stops its server,
 // never the listening socket. An idle connection costs about 2.7 KB of heap
 // more than on a plain grpc.Server and a new one a few tens of microseconds of CPU
-// (see the README's Performance section). Besides gRPC's own goroutines, an
+// (see docs/performance.md). Besides gRPC's own goroutines, an
 // idle listener runs none: its configuration serializer and the one that
 // stops the servers of closed connections run only while they have work,
 // and a draining connection has one until its drain ends. ARCHITECTURE.md in the repository describes the packages,

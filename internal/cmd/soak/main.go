@@ -1,7 +1,7 @@
 // Command soak runs an xds.GRPCServer under steady RPC load while its
 // control plane changes the configuration every second, and fails if any
 // RPC fails or if heap or goroutines grow after a warm-up. It is a
-// benchmark-style program, not a CI test (see README.md):
+// benchmark-style program, not a CI test (see docs/testing.md):
 //
 //	go run ./internal/cmd/soak -duration 15m
 //
