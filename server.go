@@ -11,7 +11,8 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/tap"
 
-	"github.com/proxyless-grpc/xds/bootstrap"
+	pubbootstrap "github.com/proxyless-grpc/xds/bootstrap"
+	"github.com/proxyless-grpc/xds/internal/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/server/connserver"
 	"github.com/proxyless-grpc/xds/internal/server/listener"
 	"github.com/proxyless-grpc/xds/internal/server/serverlog"
@@ -87,10 +88,12 @@ func NewGRPCServer(opts ...grpc.ServerOption) (*GRPCServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := bootstrap.LoadWith(so.bootstrap, xdsclient.BootstrapOptions())
+	// The public package's Load: its errors are what users can name.
+	pub, err := pubbootstrap.Load(so.bootstrap)
 	if err != nil {
 		return nil, fmt.Errorf("xds: %w", err)
 	}
+	cfg := bootstrap.ConfigOf(pub)
 	serverlog.Component.Infof("xds: using the xDS bootstrap from %s", cfg.Source())
 	// Template errors do not depend on the address: check them now.
 	if _, err := cfg.ServerListenerName(netip.AddrPortFrom(netip.IPv4Unspecified(), 0)); err != nil {

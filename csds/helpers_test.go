@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/proxyless-grpc/xds"
-	"github.com/proxyless-grpc/xds/bootstrap"
 	"github.com/proxyless-grpc/xds/csds"
+	"github.com/proxyless-grpc/xds/internal/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 )

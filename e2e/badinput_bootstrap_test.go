@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/proxyless-grpc/xds"
-	"github.com/proxyless-grpc/xds/bootstrap"
+	"github.com/proxyless-grpc/xds/internal/bootstrap"
 )
 
 // TestBadInputBootstrap: a bootstrap with one bad field makes NewGRPCServer

@@ -23,7 +23,7 @@ import (
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
-	"github.com/proxyless-grpc/xds/bootstrap"
+	"github.com/proxyless-grpc/xds/internal/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 )

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxyless-grpc/xds/bootstrap"
+	"github.com/proxyless-grpc/xds/internal/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/certprovider"
 	"github.com/proxyless-grpc/xds/internal/testutils/testcerts"
 )

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/proxyless-grpc/xds/bootstrap"
+	"github.com/proxyless-grpc/xds/internal/bootstrap"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 

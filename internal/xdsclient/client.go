@@ -71,8 +71,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/proxyless-grpc/xds/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/backoff"
+	"github.com/proxyless-grpc/xds/internal/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/syncutil"
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc/grpclog"

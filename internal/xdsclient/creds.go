@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/proxyless-grpc/xds/bootstrap"
+	"github.com/proxyless-grpc/xds/internal/bootstrap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/google"

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	"github.com/proxyless-grpc/xds/bootstrap"
+	"github.com/proxyless-grpc/xds/internal/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 	"github.com/proxyless-grpc/xds/internal/xdsclient"

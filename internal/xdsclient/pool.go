@@ -4,7 +4,7 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/proxyless-grpc/xds/bootstrap"
+	"github.com/proxyless-grpc/xds/internal/bootstrap"
 	"go.opentelemetry.io/otel/metric"
 )
 

@@ -1,7 +1,7 @@
 package xdsclient
 
 import (
-	"github.com/proxyless-grpc/xds/bootstrap"
+	"github.com/proxyless-grpc/xds/internal/bootstrap"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 

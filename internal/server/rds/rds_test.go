@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/proxyless-grpc/xds/bootstrap"
+	"github.com/proxyless-grpc/xds/internal/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/server/rds"
 	"github.com/proxyless-grpc/xds/internal/server/rpcpath"
 	"github.com/proxyless-grpc/xds/internal/server/serverlog"

@@ -27,7 +27,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	gcp "google.golang.org/grpc/credentials/tls/certprovider"
 
-	"github.com/proxyless-grpc/xds/bootstrap"
+	"github.com/proxyless-grpc/xds/internal/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/certprovider"
 	"github.com/proxyless-grpc/xds/internal/filterchain"
 	"github.com/proxyless-grpc/xds/internal/metrics"

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/proxyless-grpc/xds/bootstrap"
+	"github.com/proxyless-grpc/xds/internal/bootstrap"
 )
 
 func TestServerListenerName(t *testing.T) {

@@ -14,6 +14,11 @@ const (
 	EnvBootstrapFile = "GRPC_XDS_BOOTSTRAP"
 )
 
+// ConfigOf returns the Config behind a public *bootstrap.Config; the public
+// package sets it in its init, so that the server can load the bootstrap
+// through it (and return its error type) without it exporting this one.
+var ConfigOf func(public any) *Config
+
 // SourceOption is the Error.Source of a bootstrap passed to Load as contents.
 const SourceOption = "bootstrap option"
 

@@ -32,7 +32,7 @@ func TestDeps(t *testing.T) {
 		}
 		return strings.Fields(string(out))
 	}
-	const pkg = version.ModulePath + "/bootstrap"
+	const pkg = version.ModulePath + "/internal/bootstrap"
 	allowed := map[string]bool{pkg: true, version.ModulePath + "/internal/version": true}
 	for _, dep := range list(grpcRegistry) {
 		allowed[dep] = true
