@@ -86,4 +86,12 @@
 // stops the servers of closed connections run only while they have work,
 // and a draining connection has one until its drain ends. ARCHITECTURE.md in the repository describes the packages,
 // the paths of a configuration update and of an RPC, and the goroutines.
+//
+// # Stability
+//
+// Stable: NewGRPCServer, GRPCServer's methods, NewServerCredentials, the
+// server options and ReadinessHealth keep their names and meaning, which are
+// grpc-go's where grpc-go has the same name. MeterProvider and the metrics
+// it records are experimental. The exported API of every package of the
+// module is pinned in api/ at the root of the repository.
 package xds

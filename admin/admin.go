@@ -17,6 +17,12 @@
 // Building it reads the server's state without holding up connections or
 // RPCs; it is meant to be opened by a person, not polled by a program (use
 // CSDS and the metrics for that).
+//
+// # Stability
+//
+// Stable: NewStatusHandler and the paths it serves. What the page shows and
+// how is for people and may change in any release; the CSDS dump is gRFC
+// A40's ClientStatusResponse.
 package admin
 
 import (

@@ -9,9 +9,9 @@
 //	s, _ := xds.NewGRPCServer(...)
 //	if err := csds.Register(s); err != nil { ... }
 //
-// A response has one ClientConfig per xDS client of the process (from
-// xdsclient.Clients: every client, whichever pool made it, including those
-// of servers built with their own bootstrap contents or pool), each with
+// A response has one ClientConfig per xDS client of the process (every
+// client, whichever pool made it, including those of servers built with
+// their own bootstrap contents or pool), each with
 // the client's scope as client_scope (gRFC A71: "#server" for the servers'
 // clients), the Node exactly as sent to the management servers, and one
 // GenericXdsConfig per watched resource: type URL, name, version_info, the
@@ -21,9 +21,10 @@
 // deprecated per-xDS-type configs are never filled. The answer comes from
 // the clients' caches, so it works while the control plane is unreachable.
 //
-// # Experimental
+// # Stability
 //
-// This package may change in a later release.
+// Experimental, as grpc-go's xds/csds: the names mirror grpc-go's and will
+// keep doing so; the package may change with gRFC A40.
 package csds
 
 import (
