@@ -7,6 +7,11 @@ import (
 	"net"
 	"time"
 
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	routerpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	cachetypes "github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -16,9 +21,9 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/proxyless-grpc/xds"
-	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 )
 
 // exampleBootstrap is an xDS bootstrap (gRFC A27) naming the control plane
@@ -42,6 +47,44 @@ func unusedAddr() string {
 	return lis.Addr().String()
 }
 
+// exampleListener is the Listener a control plane publishes for an xDS
+// server listening on addr: named after the address as the bootstrap's
+// template says, one filter chain whose HttpConnectionManager routes every
+// RPC to the server's services (non_forwarding_action) with the router
+// filter.
+func exampleListener(addr *net.TCPAddr) *listenerpb.Listener {
+	router, err := anypb.New(&routerpb.Router{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	hcm, err := anypb.New(&hcmpb.HttpConnectionManager{
+		HttpFilters: []*hcmpb.HttpFilter{{Name: "router", ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: router}}},
+		RouteSpecifier: &hcmpb.HttpConnectionManager_RouteConfig{RouteConfig: &routepb.RouteConfiguration{
+			VirtualHosts: []*routepb.VirtualHost{{
+				Domains: []string{"*"},
+				Routes: []*routepb.Route{{
+					Match:  &routepb.RouteMatch{PathSpecifier: &routepb.RouteMatch_Prefix{Prefix: "/"}},
+					Action: &routepb.Route_NonForwardingAction{NonForwardingAction: &routepb.NonForwardingAction{}},
+				}},
+			}},
+		}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return &listenerpb.Listener{
+		Name: "grpc/server?xds.resource.listening_address=" + addr.String(),
+		Address: &corepb.Address{Address: &corepb.Address_SocketAddress{SocketAddress: &corepb.SocketAddress{
+			Address:       addr.IP.String(),
+			PortSpecifier: &corepb.SocketAddress_PortValue{PortValue: uint32(addr.Port)},
+		}}},
+		FilterChains: []*listenerpb.FilterChain{{
+			Name:    "all",
+			Filters: []*listenerpb.Filter{{Name: "hcm", ConfigType: &listenerpb.Filter_TypedConfig{TypedConfig: hcm}}},
+		}},
+	}
+}
+
 // exampleControlPlane serves, over ADS on loopback, a Listener for the xDS
 // server listening on serverAddr that lets every RPC through. stop ends it.
 func exampleControlPlane(serverAddr *net.TCPAddr) (addr string, stop func()) {
@@ -50,7 +93,7 @@ func exampleControlPlane(serverAddr *net.TCPAddr) (addr string, stop func()) {
 		log.Fatal(err)
 	}
 	listeners := cachev3.NewLinearCache(resourcev3.ListenerType)
-	l := e2e.DefaultServerListener(serverAddr.IP.String(), uint32(serverAddr.Port), "")
+	l := exampleListener(serverAddr)
 	listeners.SetResources(map[string]cachetypes.Resource{l.GetName(): l})
 	ctx, cancel := context.WithCancel(context.Background())
 	srv := grpc.NewServer()
