@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/proxyless-grpc/xds/internal/grpcopts"
+	"github.com/proxyless-grpc/xds/internal/grpccompat"
 	"github.com/proxyless-grpc/xds/internal/server/security"
 	"github.com/proxyless-grpc/xds/internal/server/serverlog"
 )
@@ -71,7 +71,7 @@ func NewServerCredentials(opts ServerOptions) (credentials.TransportCredentials,
 //     gRFC A29 says, and so.nonXDSCreds describes them, so that listeners
 //     report every chain whose TLS they do not apply.
 func (so *serverOptions) resolveCreds() {
-	creds, err := grpcopts.ServerCreds(so.grpcOpts)
+	creds, err := grpccompat.ServerCreds(so.grpcOpts)
 	switch {
 	case err != nil:
 		// Only a grpc-go release that changed its option types gets here

@@ -1,4 +1,16 @@
-// Package grpcopts finds which transport credentials a list of
+// Package grpccompat holds what this module relies on in grpc-go beyond
+// its documented API, each with a canary test that fails with a clear
+// message when a grpc-go release changes it:
+//
+//   - ServerCreds reads the transport credentials of grpc.ServerOptions;
+//   - the server's connections (internal/server/connserver) offer
+//     ReadOnReady, which grpc-go's transport calls to read into pooled
+//     buffers only when data arrives (TestCanaryReadOnReady);
+//   - a drain treats grpc-go's first SetDeadline on a connection, the
+//     handshake deadline, as the sign that gRPC serves it
+//     (TestCanaryHandshakeDeadlineFirst).
+//
+// ServerCreds finds which transport credentials a list of
 // grpc.ServerOptions sets: the one thing about a user's options that an xDS
 // server must know and that gRPC offers no public way to read.
 //
@@ -16,7 +28,7 @@
 // v1.85 lays out its options, so every step checks the shape it expects and
 // fails with ErrUnknownShape, never with a wrong answer; the package's tests
 // pin the shape against the grpc-go the module builds with.
-package grpcopts
+package grpccompat
 
 import (
 	"errors"

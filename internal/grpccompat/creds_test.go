@@ -1,4 +1,4 @@
-package grpcopts_test
+package grpccompat_test
 
 import (
 	"crypto/tls"
@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/stats"
 
-	"github.com/proxyless-grpc/xds/internal/grpcopts"
+	"github.com/proxyless-grpc/xds/internal/grpccompat"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 )
 
@@ -60,7 +60,7 @@ func TestServerCreds(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := grpcopts.ServerCreds(tc.opts)
+			got, err := grpccompat.ServerCreds(tc.opts)
 			if err != nil {
 				t.Fatalf("ServerCreds: %v", err)
 			}
@@ -78,7 +78,7 @@ func TestGRPCGoXDSCredsRecognisable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := grpcopts.ServerCreds([]grpc.ServerOption{grpc.Creds(c)})
+	got, err := grpccompat.ServerCreds([]grpc.ServerOption{grpc.Creds(c)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestGRPCGoXDSCredsRecognisable(t *testing.T) {
 // them, not this package).
 func TestNilOptions(t *testing.T) {
 	var e *grpc.EmptyServerOption
-	got, err := grpcopts.ServerCreds([]grpc.ServerOption{nil, e})
+	got, err := grpccompat.ServerCreds([]grpc.ServerOption{nil, e})
 	if err != nil || got != nil {
 		t.Fatalf("ServerCreds = %v, %v; want nil, nil", got, err)
 	}

@@ -1,4 +1,4 @@
-package grpcopts
+package grpccompat
 
 import (
 	"errors"
