@@ -44,8 +44,8 @@ import (
 // bootstrap (its certificate provider instances). *xdsclient.Client
 // satisfies it; tests use a fake that delivers updates and errors on
 // demand. Watchers are called as xdsclient.ResourceWatcher documents: one
-// call at a time, each calling onDone when done, and none after cancel
-// returned.
+// call at a time, each calling onDone when done; no call starts once cancel
+// has returned.
 type XDSClient interface {
 	rds.XDSClient
 	BootstrapConfig() *bootstrap.Config

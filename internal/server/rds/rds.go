@@ -29,7 +29,7 @@ import (
 // RouteConfigurations here. *xdsclient.Client satisfies it; tests use a
 // fake that delivers answers on demand. Watchers are called as
 // xdsclient.ResourceWatcher documents: one call at a time, each calling
-// onDone when done, and none after cancel returned.
+// onDone when done; no call starts once cancel has returned.
 type XDSClient interface {
 	WatchResource(rt *xdsclient.ResourceType, name string, w xdsclient.ResourceWatcher) (cancel func())
 }
