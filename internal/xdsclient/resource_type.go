@@ -125,10 +125,16 @@ type TypedWatcher[T ResourceData] interface {
 	AmbientError(err error, onDone func())
 }
 
-// Watch is WatchResource with a typed watcher. Data of another Go type than
-// T (a ResourceType whose Decode returns something else) is reported to w as
-// a ResourceError.
-func Watch[T ResourceData](c *Client, rt *ResourceType, name string, w TypedWatcher[T]) (cancel func()) {
+// ResourceWatchStarter is what Watch needs of a client: *Client, or a
+// consumer's fake of it in tests.
+type ResourceWatchStarter interface {
+	WatchResource(rt *ResourceType, name string, w ResourceWatcher) (cancel func())
+}
+
+// Watch is c.WatchResource with a typed watcher. Data of another Go type
+// than T (a ResourceType whose Decode returns something else) is reported to
+// w as a ResourceError.
+func Watch[T ResourceData](c ResourceWatchStarter, rt *ResourceType, name string, w TypedWatcher[T]) (cancel func()) {
 	return c.WatchResource(rt, name, typedAdapter[T]{w: w, typeName: rt.TypeName})
 }
 

@@ -2,6 +2,8 @@ package listener
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"strconv"
@@ -12,11 +14,14 @@ import (
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/proxyless-grpc/xds/internal/bootstrap"
@@ -25,6 +30,7 @@ import (
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 	"github.com/proxyless-grpc/xds/internal/xdsclient"
+	"github.com/proxyless-grpc/xds/internal/xdsresource"
 )
 
 const defaultTestTimeout = 10 * time.Second
@@ -42,14 +48,15 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// testEnv is one Listener on a loopback socket, configured by a real
-// management server through a real xDS client, serving the grpc.testing
-// service.
+// testEnv is one Listener on a pipeListener (no socket), configured
+// through a fake xDS client, serving the grpc.testing service.
 type testEnv struct {
-	mgmt  *e2e.ManagementServer
+	xds   *fakeClient
+	lis   *pipeListener
 	l     *Listener
 	host  string
 	port  uint32
+	name  string // of the Listener resource
 	modes chan modeChange
 	svc   blockingService
 	dials atomic.Int32 // connections opened by the clients of dial
@@ -67,45 +74,51 @@ type envOptions struct {
 	metrics       *metrics.Listener
 }
 
-// newTestEnv starts a management server, an xDS client with a short
-// does-not-exist timer, and a Listener on 127.0.0.1:0. Everything is
-// stopped at cleanup; Serve must then have returned nil.
+// lastPort gives each test environment a listening port of its own, so
+// that the log lines of one test (prefixed with the address) are told apart
+// from another's.
+var lastPort atomic.Uint32
+
+// newTestEnv starts a Listener watching its Listener resource through a
+// fake xDS client, on a pipeListener at 127.0.0.1 with a port of its own;
+// its clients connect from 127.0.0.1. Everything is stopped at cleanup;
+// Serve must then have returned nil.
 func newTestEnv(t *testing.T, o envOptions) *testEnv {
 	t.Helper()
+	env := newEnvNoListener(t)
+	env.l = env.newListener(t, env.xds, o)
+	return env
+}
+
+// newEnvNoListener is newTestEnv without the Listener, for a test that
+// starts it with another client (newListener).
+func newEnvNoListener(t *testing.T) *testEnv {
+	t.Helper()
 	env := &testEnv{
-		mgmt:  e2e.StartManagementServer(t, e2e.ManagementServerOptions{}),
+		xds:   newFakeClient(&bootstrap.Config{}),
+		host:  "127.0.0.1",
+		port:  8000 + lastPort.Add(1),
 		modes: make(chan modeChange, 100),
 		svc:   blockingService{started: make(chan struct{}, 100)},
 	}
-	cfg, err := bootstrap.Parse(e2e.Bootstrap(t, e2e.BootstrapOptions{
-		ServerURIs:                         []string{env.mgmt.Address},
-		NodeID:                             "node-" + testutils.RunName(t),
-		ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := xdsclient.New(cfg, xdsclient.Options{WatchExpiryTimeout: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().(*net.TCPAddr).AddrPort()
-	env.host, env.port = addr.Addr().String(), uint32(addr.Port())
-	name, err := cfg.ServerListenerName(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	env.name = e2e.ServerListenerName(env.host, env.port)
+	addr := netip.AddrPortFrom(netip.MustParseAddr(env.host), uint16(env.port))
+	env.lis = newPipeListener(net.TCPAddrFromAddrPort(addr), net.IPv4(127, 0, 0, 1))
+	return env
+}
+
+// newListener starts a Listener on env.lis watching env.name with client,
+// and stops it at cleanup.
+func (env *testEnv) newListener(t *testing.T, client XDSClient, o envOptions) *Listener {
+	t.Helper()
 	if o.grace == 0 {
 		o.grace = 10 * time.Minute
 	}
-	env.l = New(Params{
-		Lis:    lis,
+	addr := env.lis.addr.AddrPort()
+	l := New(Params{
+		Lis:    env.lis,
 		Addr:   netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port()),
-		Name:   name,
+		Name:   env.name,
 		Client: client,
 		ModeCallback: func(_ net.Addr, mode connectivity.ServingMode, err error) {
 			env.modes <- modeChange{mode, err}
@@ -118,18 +131,26 @@ func newTestEnv(t *testing.T, o envOptions) *testEnv {
 		Metrics: o.metrics,
 	})
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- env.l.Serve() }()
+	go func() { serveErr <- l.Serve() }()
 	t.Cleanup(func() {
-		env.l.Close(false)
+		l.Close(false)
 		if err := <-serveErr; err != nil {
 			t.Errorf("Serve returned %v after Close, want nil", err)
 		}
-		client.Close()
+		if ws := env.xds.watchedNames(xdsresource.ListenerType); len(ws) != 0 {
+			t.Errorf("Listener watches %v left after Close", ws)
+		}
+		if ws := env.xds.watchedNames(xdsresource.RouteConfigType); len(ws) != 0 {
+			t.Errorf("RouteConfiguration watches %v left after Close", ws)
+		}
 	})
-	return env
+	return l
 }
 
-// waitMode waits for the next serving-mode callback and checks its mode.
+// waitMode checks that the listener reported a serving-mode change to
+// want. Deliveries of the fake client return once handled, so the change
+// has been reported by then; ctx bounds the wait when the change comes from
+// elsewhere.
 func (env *testEnv) waitMode(ctx context.Context, t *testing.T, want connectivity.ServingMode) modeChange {
 	t.Helper()
 	select {
@@ -144,22 +165,94 @@ func (env *testEnv) waitMode(ctx context.Context, t *testing.T, want connectivit
 	return modeChange{}
 }
 
-// update pushes l and waits until the listener has applied a new
-// configuration (the active pointer changed).
+// noModeChange checks that no serving-mode change was reported.
+func (env *testEnv) noModeChange(t *testing.T) {
+	t.Helper()
+	select {
+	case m := <-env.modes:
+		t.Fatalf("unexpected serving mode change to %v (err %v)", m.mode, m.err)
+	default:
+	}
+}
+
+// decodeListener decodes l as the real client does before delivering it.
+func decodeListener(t *testing.T, l *listenerpb.Listener) *xdsresource.Listener {
+	t.Helper()
+	b, err := proto.Marshal(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, d, err := xdsresource.ListenerType.Decode(xdsclient.DecodeInput{Resource: &anypb.Any{TypeUrl: xdsresource.ListenerTypeURL, Value: b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.(*xdsresource.Listener)
+}
+
+// decodeRoute decodes rc as the real client does before delivering it.
+func decodeRoute(t *testing.T, rc *routepb.RouteConfiguration) *xdsresource.RouteConfig {
+	t.Helper()
+	b, err := proto.Marshal(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, d, err := xdsresource.RouteConfigType.Decode(xdsclient.DecodeInput{Resource: &anypb.Any{TypeUrl: xdsresource.RouteConfigType.TypeURL, Value: b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.(*xdsresource.RouteConfig)
+}
+
+// send delivers l; it returns once the listener has handled it.
+func (env *testEnv) send(ctx context.Context, t *testing.T, l *listenerpb.Listener) {
+	t.Helper()
+	env.xds.sendListener(ctx, t, decodeListener(t, l))
+}
+
+// update delivers l and returns the configuration the listener applied
+// for it (a new one, which the test fails without).
 func (env *testEnv) update(ctx context.Context, t *testing.T, l *listenerpb.Listener) *active {
 	t.Helper()
 	old := env.l.cur.Load()
-	if err := env.mgmt.Update(ctx, e2e.Resources{Listeners: []*listenerpb.Listener{l}}); err != nil {
-		t.Fatal(err)
+	env.send(ctx, t, l)
+	cfg := env.l.cur.Load()
+	if cfg == nil || cfg == old {
+		t.Fatal("the listener did not apply the update")
 	}
-	for {
-		if cfg := env.l.cur.Load(); cfg != nil && cfg != old {
-			return cfg
+	return cfg
+}
+
+// waitConns waits until cond holds, checking it again each time a
+// connection of the listener is handed to gRPC or closed: for conditions
+// on connection counts, which change on those events.
+func (env *testEnv) waitConns(ctx context.Context, t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-env.lis.events:
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
 		}
-		if ctx.Err() != nil {
-			t.Fatal("the listener did not apply the update")
-		}
-		time.Sleep(time.Millisecond)
+	}
+}
+
+// lastConn returns the server end of the last connection accepted.
+func (env *testEnv) lastConn(t *testing.T) *pipeConn {
+	t.Helper()
+	n := env.lis.numAccepted()
+	if n == 0 {
+		t.Fatal("no connection accepted")
+	}
+	return env.lis.conn(n - 1)
+}
+
+// waitClosed waits until the listener closed c.
+func waitClosed(ctx context.Context, t *testing.T, c *pipeConn, what string) {
+	t.Helper()
+	select {
+	case <-c.closed:
+	case <-ctx.Done():
+		t.Fatalf("%s: the connection was not closed", what)
 	}
 }
 
@@ -168,6 +261,7 @@ type chainSpec struct {
 	name      string
 	srcPrefix string // "" for none
 	routeName string // inline route_config name; part of the chain's ID
+	rdsName   string // when set, the chain takes its routes from this RouteConfiguration instead
 	isDefault bool
 }
 
@@ -179,6 +273,12 @@ func testListener(env *testEnv, chains ...chainSpec) *listenerpb.Listener {
 			StatPrefix:     "t",
 			HttpFilters:    []*hcmpb.HttpFilter{e2e.RouterHTTPFilter()},
 			RouteSpecifier: &hcmpb.HttpConnectionManager_RouteConfig{RouteConfig: e2e.DefaultRouteConfig(c.routeName)},
+		}
+		if c.rdsName != "" {
+			hcm.RouteSpecifier = &hcmpb.HttpConnectionManager_Rds{Rds: &hcmpb.Rds{
+				RouteConfigName: c.rdsName,
+				ConfigSource:    &corepb.ConfigSource{ConfigSourceSpecifier: &corepb.ConfigSource_Ads{Ads: &corepb.AggregatedConfigSource{}}, ResourceApiVersion: corepb.ApiVersion_V3},
+			}}
 		}
 		fc := &listenerpb.FilterChain{
 			Name:    c.name,
@@ -214,11 +314,11 @@ func serverNamed(t *testing.T, cfg *active, name string) *connserver.ChainServer
 // counted in env.dials.
 func (env *testEnv) dial(t *testing.T) testgrpc.TestServiceClient {
 	t.Helper()
-	dialer := func(ctx context.Context, addr string) (net.Conn, error) {
+	dialer := func(ctx context.Context, _ string) (net.Conn, error) {
 		env.dials.Add(1)
-		return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		return env.lis.dial(ctx)
 	}
-	cc, err := grpc.NewClient(net.JoinHostPort(env.host, strconv.Itoa(int(env.port))),
+	cc, err := grpc.NewClient("passthrough:///"+env.name,
 		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(dialer))
 	if err != nil {
 		t.Fatal(err)
@@ -247,17 +347,19 @@ func (s blockingService) FullDuplexCall(stream testgrpc.TestService_FullDuplexCa
 	return stream.Context().Err()
 }
 
-// expectClosedWithoutBytes dials the listener and checks that the
+// expectClosedWithoutBytes connects to the listener and checks that the
 // connection is closed without a byte written.
-func expectClosedWithoutBytes(t *testing.T, env *testEnv) {
+func expectClosedWithoutBytes(ctx context.Context, t *testing.T, env *testEnv) {
 	t.Helper()
-	c, err := net.Dial("tcp", net.JoinHostPort(env.host, strconv.Itoa(int(env.port))))
+	c, err := env.lis.dial(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.SetReadDeadline(time.Now().Add(defaultTestTimeout))
-	if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil {
+	if d, ok := ctx.Deadline(); ok {
+		c.SetReadDeadline(d)
+	}
+	if n, err := c.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
 		t.Fatalf("read from a not-serving listener: %d bytes, err %v; want 0 bytes and the connection closed", n, err)
 	}
 }

@@ -25,6 +25,7 @@ import (
 
 	"google.golang.org/grpc/connectivity"
 
+	"github.com/proxyless-grpc/xds/internal/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/filterchain"
 	"github.com/proxyless-grpc/xds/internal/metrics"
 	"github.com/proxyless-grpc/xds/internal/server/connserver"
@@ -38,6 +39,21 @@ import (
 	"github.com/proxyless-grpc/xds/internal/xdsresource"
 )
 
+// XDSClient is what a Listener needs of the xDS client: watches (of its
+// Listener, and of RouteConfigurations through package rds) and the
+// bootstrap (its certificate provider instances). *xdsclient.Client
+// satisfies it; tests use a fake that delivers updates and errors on
+// demand. Watchers are called as xdsclient.ResourceWatcher documents: one
+// call at a time, each calling onDone when done; no call starts once cancel
+// has returned.
+type XDSClient interface {
+	rds.XDSClient
+	BootstrapConfig() *bootstrap.Config
+}
+
+// The production client is one.
+var _ XDSClient = (*xdsclient.Client)(nil)
+
 // Params are the inputs of New.
 type Params struct {
 	// Lis is the listening socket; the Listener owns it.
@@ -47,7 +63,7 @@ type Params struct {
 	// Name is the Listener resource to watch.
 	Name string
 	// Client is the xDS client to watch with.
-	Client *xdsclient.Client
+	Client XDSClient
 	// ModeCallback is told of every serving-mode transition, on the
 	// listener's serializer and never under a lock; nil logs transitions at
 	// warning level instead.

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc"
@@ -18,29 +17,58 @@ import (
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
 
+	"github.com/proxyless-grpc/xds/internal/filterchain"
 	"github.com/proxyless-grpc/xds/internal/metrics"
 	"github.com/proxyless-grpc/xds/internal/server/connserver"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 	"github.com/proxyless-grpc/xds/internal/xdsclient"
+	"github.com/proxyless-grpc/xds/internal/xdsresource"
 )
 
-// waitStats waits until cs's connection counts are want.
-func waitStats(t *testing.T, cs *connserver.ChainServer, want connserver.Stats, what string) {
+// checkStats checks cs's connection counts. The listener's changes to them
+// are made before a delivery of the fake xDS client returns, and a
+// connection is counted before gRPC serves it, so they can be checked at
+// once after a delivery or an RPC.
+func checkStats(t *testing.T, cs *connserver.ChainServer, want connserver.Stats, what string) {
 	t.Helper()
-	deadline := time.Now().Add(defaultTestTimeout)
-	for cs.Stats() != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: stats %+v, want %+v", what, cs.Stats(), want)
-		}
-		time.Sleep(time.Millisecond)
+	if got := cs.Stats(); got != want {
+		t.Fatalf("%s: stats %+v, want %+v", what, got, want)
 	}
 }
 
-// TestReuseDecision drives the reuse rule through real Listener updates: a
-// chain whose ID is unchanged keeps its chain server and connections, except
-// the connections the new table routes to another chain, which are drained;
-// a chain whose ID changed is retired and all its connections drained.
+// TestFirstListenerServes: connections are closed without a byte until the
+// first Listener arrives; then the listener serves, and says so once.
+func TestFirstListenerServes(t *testing.T) {
+	ctx := testCtx(t)
+	env := newTestEnv(t, envOptions{})
+	if n := env.xds.watching(xdsresource.ListenerType, env.name); n != 1 {
+		t.Fatalf("%d watches of Listener %q, want 1", n, env.name)
+	}
+	expectClosedWithoutBytes(ctx, t, env)
+	env.noModeChange(t)
+
+	env.update(ctx, t, testListener(env, chainSpec{name: "x", routeName: "r", isDefault: true}))
+	env.waitMode(ctx, t, connectivity.ServingModeServing)
+	unaryOK(ctx, t, env.dial(t))
+	if st := env.l.Status(); st.Mode != connectivity.ServingModeServing || len(st.Chains) != 1 {
+		t.Errorf("status: mode %v, %d chain(s); want serving with 1 chain", st.Mode, len(st.Chains))
+	}
+	// The same Listener again (the real client drops identical re-sends,
+	// but a new version may compile to the same chains): nothing drains.
+	cs := serverNamed(t, env.l.cur.Load(), "x")
+	env.update(ctx, t, testListener(env, chainSpec{name: "x", routeName: "r", isDefault: true}))
+	if serverNamed(t, env.l.cur.Load(), "x") != cs {
+		t.Error("an unchanged chain got a new chain server")
+	}
+	checkStats(t, cs, connserver.Stats{Live: 1}, "the unchanged chain")
+	env.noModeChange(t)
+}
+
+// TestReuseDecision drives the reuse rule through Listener updates: a chain
+// whose ID is unchanged keeps its chain server and connections, except the
+// connections the new table routes to another chain, which are drained; a
+// chain whose ID changed is retired and all its connections drained.
 func TestReuseDecision(t *testing.T) {
 	ctx := testCtx(t)
 	env := newTestEnv(t, envOptions{})
@@ -50,8 +78,9 @@ func TestReuseDecision(t *testing.T) {
 	env.waitMode(ctx, t, connectivity.ServingModeServing)
 	client := env.dial(t)
 	unaryOK(ctx, t, client)
+	connA := env.lastConn(t)
 	csA := serverNamed(t, cfg, "a")
-	waitStats(t, csA, connserver.Stats{Live: 1}, "chain a after the first RPC")
+	checkStats(t, csA, connserver.Stats{Live: 1}, "chain a after the first RPC")
 
 	// Only the default chain changes: chain a and its connection stay.
 	def.routeName = "route-def-2"
@@ -59,12 +88,10 @@ func TestReuseDecision(t *testing.T) {
 	if got := serverNamed(t, cfg, "a"); got != csA {
 		t.Fatal("chain a got a new chain server although its ID and routing did not change")
 	}
+	checkStats(t, csA, connserver.Stats{Live: 1}, "chain a after an unrelated update")
 	unaryOK(ctx, t, client)
-	if got := csA.Stats(); got != (connserver.Stats{Live: 1}) {
-		t.Fatalf("chain a after an unrelated update: %+v, want its one connection live", got)
-	}
-	if n := env.dials.Load(); n != 1 {
-		t.Fatalf("the client opened %d connections, want 1: the unrelated update must not drain", n)
+	if n := env.dials.Load(); n != 1 || connA.isClosed() {
+		t.Fatalf("the client opened %d connections (first closed: %v), want 1 still open: the unrelated update must not drain", n, connA.isClosed())
 	}
 
 	// A more specific chain now takes chain a's connection: chain a stays,
@@ -74,19 +101,18 @@ func TestReuseDecision(t *testing.T) {
 	if serverNamed(t, cfg, "a") != csA {
 		t.Fatal("chain a got a new chain server although its ID did not change")
 	}
-	// The client reconnects, to chain c, once the GOAWAY arrives; chain a's
-	// connection drains and goes.
-	csC := serverNamed(t, cfg, "c")
-	for csC.Stats().Live != 1 {
-		unaryOK(ctx, t, client)
-		if ctx.Err() != nil {
-			t.Fatal("the client did not reconnect to chain c")
-		}
-		time.Sleep(time.Millisecond)
+	if st := csA.Stats(); st.Live != 0 || st.Retired {
+		t.Fatalf("chain a after its connection was rerouted: %+v, want it kept with no live connection", st)
 	}
-	waitStats(t, csA, connserver.Stats{}, "chain a once its rerouted connection is gone")
+	waitClosed(ctx, t, connA, "chain a's rerouted connection")
+	checkStats(t, csA, connserver.Stats{}, "chain a once its rerouted connection is gone")
+	// The client reconnects, to chain c.
+	csC := serverNamed(t, cfg, "c")
+	unaryOK(ctx, t, client)
+	checkStats(t, csC, connserver.Stats{Live: 1}, "chain c after the client reconnected")
 
-	// Chain c changes (its routes are part of its ID): retired, drained.
+	// Chain c changes (its routes are part of its ID): retired, drained;
+	// chain a is untouched.
 	c.routeName = "route-c-2"
 	cfg = env.update(ctx, t, testListener(env, a, c, def))
 	if serverNamed(t, cfg, "c") == csC {
@@ -95,77 +121,223 @@ func TestReuseDecision(t *testing.T) {
 	if st := csC.Stats(); !st.Retired || st.Live != 0 {
 		t.Fatalf("the old chain c: %+v, want retired with no live connection", st)
 	}
+	waitClosed(ctx, t, env.lastConn(t), "the old chain c's connection")
+	if serverNamed(t, cfg, "a") != csA {
+		t.Error("chain a got a new chain server when only chain c changed")
+	}
 	unaryOK(ctx, t, client)
+	env.noModeChange(t)
 }
 
 // TestNotServingAndBack: a Listener that does not exist, then one with the
 // wrong address, then a good one, then its deletion; each transition is
-// reported once, and not serving closes connections without a byte.
+// reported once, not serving closes new connections without a byte, and the
+// deletion drains the connections served.
 func TestNotServingAndBack(t *testing.T) {
 	ctx := testCtx(t)
 	env := newTestEnv(t, envOptions{})
+	env.xds.sendListenerError(ctx, t, env.name, doesNotExist(xdsresource.ListenerType, env.name))
 	m := env.waitMode(ctx, t, connectivity.ServingModeNotServing)
 	if !errors.Is(m.err, xdsclient.ErrResourceDoesNotExist) {
 		t.Errorf("not serving error = %v, want does-not-exist", m.err)
 	}
-	expectClosedWithoutBytes(t, env)
+	expectClosedWithoutBytes(ctx, t, env)
 
 	wrong := testListener(env, chainSpec{name: "x", routeName: "r", isDefault: true})
 	wrong.Address.GetSocketAddress().PortSpecifier = &corepb.SocketAddress_PortValue{PortValue: env.port + 1}
-	if err := env.mgmt.Update(ctx, e2e.Resources{Listeners: []*listenerpb.Listener{wrong}}); err != nil {
-		t.Fatal(err)
+	env.send(ctx, t, wrong)
+	env.noModeChange(t) // a mismatch while not serving: no extra call
+	if env.l.cur.Load() != nil {
+		t.Fatal("a Listener with another port was applied")
 	}
-	good := testListener(env, chainSpec{name: "x", routeName: "r", isDefault: true})
-	env.update(ctx, t, good)
-	env.waitMode(ctx, t, connectivity.ServingModeServing) // mismatch while not serving: no extra call
-	unaryOK(ctx, t, env.dial(t))
 
-	if err := env.mgmt.Update(ctx, e2e.Resources{Listeners: []*listenerpb.Listener{}}); err != nil {
-		t.Fatal(err)
-	}
+	cfg := env.update(ctx, t, testListener(env, chainSpec{name: "x", routeName: "r", isDefault: true}))
+	env.waitMode(ctx, t, connectivity.ServingModeServing)
+	unaryOK(ctx, t, env.dial(t))
+	conn, cs := env.lastConn(t), serverNamed(t, cfg, "x")
+
+	env.xds.sendListenerError(ctx, t, env.name, doesNotExist(xdsresource.ListenerType, env.name))
 	env.waitMode(ctx, t, connectivity.ServingModeNotServing)
 	if env.l.cur.Load() != nil {
 		t.Error("active configuration kept after the Listener was deleted")
 	}
-	expectClosedWithoutBytes(t, env)
-	select {
-	case m := <-env.modes:
-		t.Fatalf("unexpected serving mode change %v", m)
-	case <-time.After(100 * time.Millisecond):
+	if st := cs.Stats(); !st.Retired || st.Live != 0 {
+		t.Errorf("the chain after the deletion: %+v, want retired with no live connection", st)
+	}
+	waitClosed(ctx, t, conn, "the connection served before the deletion")
+	expectClosedWithoutBytes(ctx, t, env)
+	env.noModeChange(t)
+}
+
+// TestAddressMismatchStopsServing: a Listener whose address is not the
+// listener's is not served (gRFC A36): the listener stops serving, drains
+// its connections, and serves again with a Listener that matches.
+func TestAddressMismatchStopsServing(t *testing.T) {
+	ctx := testCtx(t)
+	env := newTestEnv(t, envOptions{})
+	good := testListener(env, chainSpec{name: "x", routeName: "r", isDefault: true})
+	env.update(ctx, t, good)
+	env.waitMode(ctx, t, connectivity.ServingModeServing)
+	client := env.dial(t)
+	unaryOK(ctx, t, client)
+	conn := env.lastConn(t)
+
+	wrong := testListener(env, chainSpec{name: "x", routeName: "r", isDefault: true})
+	wrong.Address.GetSocketAddress().Address = "127.0.0.2"
+	env.send(ctx, t, wrong)
+	m := env.waitMode(ctx, t, connectivity.ServingModeNotServing)
+	if ae := (*filterchain.AddressMismatchError)(nil); !errors.As(m.err, &ae) {
+		t.Errorf("not serving error = %v, want an address mismatch", m.err)
+	}
+	waitClosed(ctx, t, conn, "the connection served before the mismatch")
+	expectClosedWithoutBytes(ctx, t, env)
+
+	env.update(ctx, t, good)
+	env.waitMode(ctx, t, connectivity.ServingModeServing)
+	unaryOK(ctx, t, client)
+}
+
+// TestAmbientErrorsKeepServing: a NACKed Listener update or a lost control
+// plane leaves the last good configuration serving, its connections
+// untouched (gRFC A36). The first connectivity error after a Listener answer
+// is a warning, the repeats are not.
+func TestAmbientErrorsKeepServing(t *testing.T) {
+	ctx := testCtx(t)
+	env := newTestEnv(t, envOptions{})
+	cfg := env.update(ctx, t, testListener(env, chainSpec{name: "x", routeName: "r", isDefault: true}))
+	env.waitMode(ctx, t, connectivity.ServingModeServing)
+	client := env.dial(t)
+	unaryOK(ctx, t, client)
+	conn := env.lastConn(t)
+
+	env.xds.sendListenerAmbient(ctx, t, env.name, nack(xdsresource.ListenerType, env.name, errors.New("bad filter chain")))
+	for range 3 {
+		env.xds.sendListenerAmbient(ctx, t, env.name, connectionError(errors.New("connection refused")))
+	}
+	env.noModeChange(t)
+	if env.l.cur.Load() != cfg {
+		t.Fatal("the configuration changed on an ambient error")
+	}
+	checkStats(t, serverNamed(t, cfg, "x"), connserver.Stats{Live: 1}, "the chain after ambient errors")
+	unaryOK(ctx, t, client)
+	if n := env.dials.Load(); n != 1 || conn.isClosed() {
+		t.Errorf("the client opened %d connection(s) (first closed: %v), want its first one still open", n, conn.isClosed())
+	}
+	prefix := fmt.Sprintf("[listener %s:%d]", env.host, env.port)
+	if n := logs.Count("W", prefix, "connection to management server"); n != 1 {
+		t.Errorf("%d connectivity warnings, want 1: %q", n, logs.Matching(prefix))
+	}
+	if n := logs.Count("I", prefix, "keeping the last good configuration", "rejected"); n != 1 {
+		t.Errorf("%d NACK lines, want 1: %q", n, logs.Matching(prefix))
 	}
 }
 
-// TestRDSNotFoundThenPublished: a Listener whose RDS resource does not exist
-// applies when the does-not-exist timer fires; RPCs fail UNAVAILABLE naming
-// the resource, then succeed on the same connection once it is published.
+// TestWaitsForRDS: a Listener naming a RouteConfiguration is applied only
+// once it has had a first answer (gRFC A36), the first Listener as a later
+// one: meanwhile, the last applied Listener keeps serving.
+func TestWaitsForRDS(t *testing.T) {
+	ctx := testCtx(t)
+	env := newTestEnv(t, envOptions{})
+	env.send(ctx, t, testListener(env, chainSpec{name: "x", rdsName: "rds-1", isDefault: true}))
+	env.noModeChange(t)
+	if env.l.cur.Load() != nil {
+		t.Fatal("a Listener was applied before its RouteConfiguration answered")
+	}
+	if n := env.xds.watching(xdsresource.RouteConfigType, "rds-1"); n != 1 {
+		t.Fatalf("%d watches of rds-1, want 1", n)
+	}
+	expectClosedWithoutBytes(ctx, t, env)
+
+	env.xds.sendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-1")))
+	env.waitMode(ctx, t, connectivity.ServingModeServing)
+	client := env.dial(t)
+	unaryOK(ctx, t, client)
+
+	// A new Listener naming another RouteConfiguration waits for it; the
+	// old one serves meanwhile.
+	old := env.l.cur.Load()
+	env.send(ctx, t, testListener(env, chainSpec{name: "x", rdsName: "rds-2", isDefault: true}))
+	if env.l.cur.Load() != old {
+		t.Fatal("a Listener was applied before its new RouteConfiguration answered")
+	}
+	unaryOK(ctx, t, client)
+	env.xds.sendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-2")))
+	if cfg := env.l.cur.Load(); cfg == old || cfg.res.Table.Chains()[0].HCM.RDSName != "rds-2" {
+		t.Fatal("the Listener naming rds-2 was not applied once rds-2 answered")
+	}
+	unaryOK(ctx, t, client)
+	env.noModeChange(t)
+}
+
+// TestRDSWatchesFollowListener: the RouteConfigurations watched are those
+// the applied and the pending Listener name; the others are unwatched
+// (Retain), all of them when the Listener goes.
+func TestRDSWatchesFollowListener(t *testing.T) {
+	ctx := testCtx(t)
+	env := newTestEnv(t, envOptions{})
+	watched := func(want ...string) {
+		t.Helper()
+		got := env.xds.watchedNames(xdsresource.RouteConfigType)
+		ok := len(got) == len(want)
+		for _, n := range want {
+			ok = ok && got[n]
+		}
+		if !ok {
+			t.Fatalf("RouteConfigurations watched: %v, want %q", got, want)
+		}
+	}
+	a := chainSpec{name: "a", srcPrefix: "127.0.0.0/8", rdsName: "rds-a"}
+	def := chainSpec{name: "def", rdsName: "rds-def", isDefault: true}
+	env.send(ctx, t, testListener(env, a, def))
+	watched("rds-a", "rds-def")
+	env.xds.sendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-a")))
+	env.xds.sendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-def")))
+	env.waitMode(ctx, t, connectivity.ServingModeServing)
+
+	// Pending: the applied Listener's names stay watched.
+	def.rdsName = "rds-def-2"
+	env.send(ctx, t, testListener(env, a, def))
+	watched("rds-a", "rds-def", "rds-def-2")
+	env.xds.sendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-def-2")))
+	watched("rds-a", "rds-def-2")
+
+	env.xds.sendListenerError(ctx, t, env.name, doesNotExist(xdsresource.ListenerType, env.name))
+	env.waitMode(ctx, t, connectivity.ServingModeNotServing)
+	watched()
+}
+
+// TestRDSNotFoundThenPublished: a Listener whose RouteConfiguration does not
+// exist is served, its RPCs failing UNAVAILABLE naming the resource (gRFC
+// A36); each RDS update then reaches the connection in place, without a
+// drain.
 func TestRDSNotFoundThenPublished(t *testing.T) {
 	ctx := testCtx(t)
 	env := newTestEnv(t, envOptions{})
-	if err := env.mgmt.Update(ctx, e2e.Resources{Listeners: []*listenerpb.Listener{e2e.DefaultServerListener(env.host, env.port, "rds-1")}}); err != nil {
-		t.Fatal(err)
-	}
+	env.send(ctx, t, testListener(env, chainSpec{name: "x", rdsName: "rds-1", isDefault: true}))
+	env.xds.sendRouteError(ctx, t, "rds-1", doesNotExist(xdsresource.RouteConfigType, "rds-1"))
 	env.waitMode(ctx, t, connectivity.ServingModeServing)
 	client := env.dial(t)
 	_, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{}, grpc.WaitForReady(true))
 	if status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), `"rds-1"`) {
 		t.Fatalf("UnaryCall = %v, want UNAVAILABLE naming rds-1", err)
 	}
-	cs := serverNamed(t, env.l.cur.Load(), "filter-chain-1")
-	if err := env.mgmt.Update(ctx, e2e.Resources{Routes: []*routepb.RouteConfiguration{e2e.DefaultRouteConfig("rds-1")}}); err != nil {
-		t.Fatal(err)
+	cs := serverNamed(t, env.l.cur.Load(), "x")
+
+	env.xds.sendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-1")))
+	unaryOK(ctx, t, client)
+
+	// A route without non_forwarding_action fails RPCs (gRFC A36).
+	bad := e2e.DefaultRouteConfig("rds-1")
+	bad.VirtualHosts[0].Routes[0].Action = &routepb.Route_Route{Route: &routepb.RouteAction{ClusterSpecifier: &routepb.RouteAction_Cluster{Cluster: "c"}}}
+	env.xds.sendRoute(ctx, t, decodeRoute(t, bad))
+	if _, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("UnaryCall after the bad routes = %v, want UNAVAILABLE", err)
 	}
-	for {
-		if _, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{}); err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("RPCs still fail after the RouteConfiguration was published")
-		}
-		time.Sleep(5 * time.Millisecond)
+	checkStats(t, cs, connserver.Stats{Live: 1}, "the chain after the RDS updates")
+	if n := env.dials.Load(); n != 1 {
+		t.Fatalf("%d dials, want the one connection untouched", n)
 	}
-	if st := cs.Stats(); st != (connserver.Stats{Live: 1}) || env.dials.Load() != 1 {
-		t.Fatalf("after the RDS update: %+v, %d dials; want the one connection untouched", st, env.dials.Load())
-	}
+	env.noModeChange(t)
 }
 
 // TestCloseLeavesNothing: Close returns at once with a drain pending behind
@@ -248,17 +420,8 @@ func TestRapidUpdatesUnderLoad(t *testing.T) {
 	for err := range errs {
 		t.Errorf("RPC failed during updates: %v", err)
 	}
-	// Old chain servers go away once their clients moved to the new one.
-	for {
-		n := len(env.l.conns.ChainServers())
-		if n == 1 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("%d chain servers still alive, want 1", n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	// Old chain servers go away once their connections are closed.
+	env.waitConns(ctx, t, "only the last chain server left", func() bool { return len(env.l.conns.ChainServers()) == 1 })
 }
 
 // TestDrainLoggedAndCounted: a configuration change that drains
@@ -276,16 +439,18 @@ func TestDrainLoggedAndCounted(t *testing.T) {
 	c1, c2 := env.dial(t), env.dial(t)
 	unaryOK(ctx, t, c1)
 	unaryOK(ctx, t, c2)
-	waitStats(t, serverNamed(t, cfg, "a"), connserver.Stats{Live: 2}, "chain a")
+	checkStats(t, serverNamed(t, cfg, "a"), connserver.Stats{Live: 2}, "chain a")
 
 	// Only the unused default chain changes: nothing drains.
 	b.routeName = "r2"
 	env.update(ctx, t, testListener(env, a, b))
+	if n := logs.Count("I", prefix, "draining"); n != 0 {
+		t.Errorf("%d drain lines after an update that drained nothing, want 0: %q", n, logs.Matching(prefix, "draining"))
+	}
 	a.routeName = "r3"
 	env.update(ctx, t, testListener(env, a, b))
-	logs.WaitCount(ctx, t, 1, "I", prefix, "draining 2 connection(s) (Listener update)")
-	if n := logs.Count("I", prefix, "draining"); n != 1 {
-		t.Errorf("%d drain lines, want 1 (the update that drained nothing logs nothing): %q", n, logs.Matching(prefix, "draining"))
+	if n := logs.Count("I", prefix, "draining 2 connection(s) (Listener update)"); n != 1 {
+		t.Errorf("%d drain lines, want 1: %q", n, logs.Matching(prefix, "draining"))
 	}
 	if v, _ := mr.Value(t, metrics.Drains, lis); v != 1 {
 		t.Errorf("%s = %d, want 1", metrics.Drains, v)

@@ -25,10 +25,22 @@ import (
 	"github.com/proxyless-grpc/xds/internal/xdsresource"
 )
 
+// XDSClient is what the handler needs of the xDS client: watches, of
+// RouteConfigurations here. *xdsclient.Client satisfies it; tests use a
+// fake that delivers answers on demand. Watchers are called as
+// xdsclient.ResourceWatcher documents: one call at a time, each calling
+// onDone when done; no call starts once cancel has returned.
+type XDSClient interface {
+	WatchResource(rt *xdsclient.ResourceType, name string, w xdsclient.ResourceWatcher) (cancel func())
+}
+
+// The production client is one.
+var _ XDSClient = (*xdsclient.Client)(nil)
+
 // Params are the inputs of New.
 type Params struct {
 	// Client is the xDS client to watch with.
-	Client *xdsclient.Client
+	Client XDSClient
 	// Schedule runs f on the owner's serializer and then calls onDone (the
 	// xDS client's flow control); once the owner is closed it calls onDone
 	// without f.

@@ -2,17 +2,15 @@ package rds_test
 
 import (
 	"context"
-	"strings"
+	"errors"
 	"testing"
 	"time"
 
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/proxyless-grpc/xds/internal/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/server/rds"
 	"github.com/proxyless-grpc/xds/internal/server/rpcpath"
 	"github.com/proxyless-grpc/xds/internal/server/serverlog"
@@ -23,6 +21,8 @@ import (
 	"github.com/proxyless-grpc/xds/internal/xdsresource"
 )
 
+const defaultTestTimeout = 10 * time.Second
+
 var logs *testutils.Logs
 
 func TestMain(m *testing.M) {
@@ -30,10 +30,16 @@ func TestMain(m *testing.M) {
 	testutils.VerifyNoLeaks(m)
 }
 
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // env is an rds.Handler on a serializer of its own, as a listener runs it,
-// with a real xDS client and management server.
+// watching through a fake xDS client.
 type env struct {
-	ms      *e2e.ManagementServer
+	xds     *fakeClient
 	h       *rds.Handler
 	ser     *syncutil.CallbackSerializer
 	answers chan struct{} // one per OnAnswer
@@ -42,19 +48,11 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{ms: e2e.StartManagementServer(t, e2e.ManagementServerOptions{}), ser: syncutil.NewCallbackSerializer(), answers: make(chan struct{}, 100)}
+	e := &env{xds: newFakeClient(), ser: syncutil.NewCallbackSerializer(), answers: make(chan struct{}, 100)}
 	name := testutils.RunName(t)
 	e.logTag = "[rds " + name + "]"
-	cfg, err := bootstrap.Parse(e2e.Bootstrap(t, e2e.BootstrapOptions{ServerURIs: []string{e.ms.Address}, NodeID: "node-" + name}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := xdsclient.New(cfg, xdsclient.Options{WatchExpiryTimeout: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
 	e.h = rds.New(rds.Params{
-		Client: client,
+		Client: e.xds,
 		Schedule: func(f func(), onDone func()) {
 			e.ser.ScheduleOr(func(ctx context.Context) {
 				if ctx.Err() == nil {
@@ -68,9 +66,11 @@ func newEnv(t *testing.T) *env {
 	})
 	t.Cleanup(func() {
 		e.do(t, e.h.Close)
+		if n := len(e.xds.watchedNames(xdsresource.RouteConfigType)); n != 0 {
+			t.Errorf("%d RouteConfiguration watch(es) left after Close", n)
+		}
 		e.ser.Close()
 		<-e.ser.Done()
-		client.Close()
 	})
 	return e
 }
@@ -85,12 +85,23 @@ func (e *env) do(t *testing.T, f func()) {
 	<-done
 }
 
-func (e *env) waitAnswer(ctx context.Context, t *testing.T) {
+// ready calls Ready(l) on the serializer.
+func (e *env) ready(t *testing.T, l *xdsresource.Listener) bool {
 	t.Helper()
-	select {
-	case <-e.answers:
-	case <-ctx.Done():
-		t.Fatal("no RDS answer")
+	var ready bool
+	e.do(t, func() { ready = e.h.Ready(l) })
+	return ready
+}
+
+// answered checks that exactly n OnAnswer calls were made since the last
+// check. Deliveries return once handled, so the calls have been made.
+func (e *env) answered(t *testing.T, n int) {
+	t.Helper()
+	if got := len(e.answers); got != n {
+		t.Fatalf("%d OnAnswer call(s), want %d", got, n)
+	}
+	for range n {
+		<-e.answers
 	}
 }
 
@@ -116,82 +127,220 @@ func listenerNaming(t *testing.T, names ...string) *xdsresource.Listener {
 	return d.(*xdsresource.Listener)
 }
 
-// TestHandler: a Listener is ready once each of its RouteConfigurations has
-// answered; chains of one HttpConnectionManager share a source, which
-// each answer updates; a name no Listener uses any more is unwatched, while
-// the sources still in use keep their last routes.
-func TestHandler(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	e := newEnv(t)
-	l := listenerNaming(t, "rds-a", "rds-b")
-	var ready bool
-	e.do(t, func() { e.h.Watch(l); ready = e.h.Ready(l) })
-	if ready {
-		t.Fatal("Ready before any answer")
-	}
-	if err := e.ms.Update(ctx, e2e.Resources{Routes: []*routepb.RouteConfiguration{e2e.DefaultRouteConfig("rds-a")}}); err != nil {
+// decodeRoute decodes rc as the real client does before delivering it.
+func decodeRoute(t *testing.T, rc *routepb.RouteConfiguration) *xdsresource.RouteConfig {
+	t.Helper()
+	b, err := proto.Marshal(rc)
+	if err != nil {
 		t.Fatal(err)
 	}
-	e.waitAnswer(ctx, t)
-	e.do(t, func() { ready = e.h.Ready(l) })
-	if ready {
+	_, d, err := xdsresource.RouteConfigType.Decode(xdsclient.DecodeInput{Resource: &anypb.Any{TypeUrl: xdsresource.RouteConfigType.TypeURL, Value: b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.(*xdsresource.RouteConfig)
+}
+
+// routeWithVHost is the default RouteConfiguration called name, with its
+// virtual host called vh: a way to tell two versions apart.
+func routeWithVHost(t *testing.T, name, vh string) *xdsresource.RouteConfig {
+	t.Helper()
+	rc := e2e.DefaultRouteConfig(name)
+	rc.VirtualHosts[0].Name = vh
+	return decodeRoute(t, rc)
+}
+
+// vhostOf returns the virtual host of the first route of src's routes, or
+// "" when they have none.
+func vhostOf(src *rpcpath.Source) string {
+	r := src.Load().Router()
+	if r == nil || len(r.Routes()) == 0 {
+		return ""
+	}
+	return r.Routes()[0].VirtualHost
+}
+
+// sources returns the sources of the chains of l, in order.
+func (e *env) sources(t *testing.T, l *xdsresource.Listener) []*rpcpath.Source {
+	t.Helper()
+	var out []*rpcpath.Source
+	e.do(t, func() {
+		for _, fc := range l.Table.Chains() {
+			src, _ := e.h.Source(fc.HCM)
+			out = append(out, src)
+		}
+	})
+	return out
+}
+
+// TestReadyAfterFirstAnswers: a Listener is ready once each of its
+// RouteConfigurations has had a first answer (gRFC A36), whether routes or
+// a resource error; a chain whose RouteConfiguration does not exist fails
+// its RPCs with that error.
+func TestReadyAfterFirstAnswers(t *testing.T) {
+	ctx := testCtx(t)
+	e := newEnv(t)
+	l := listenerNaming(t, "rds-a", "rds-b")
+	e.do(t, func() { e.h.Watch(l) })
+	if got := e.xds.watchedNames(xdsresource.RouteConfigType); len(got) != 2 || !got["rds-a"] || !got["rds-b"] {
+		t.Fatalf("watched %v, want rds-a and rds-b", got)
+	}
+	if e.ready(t, l) {
+		t.Fatal("Ready before any answer")
+	}
+
+	e.xds.sendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-a")))
+	e.answered(t, 1)
+	if e.ready(t, l) {
 		t.Fatal("Ready with rds-b unanswered")
 	}
-	e.waitAnswer(ctx, t) // rds-b: the does-not-exist timer
-	e.do(t, func() { ready = e.h.Ready(l) })
-	if !ready {
+	e.xds.sendRouteError(ctx, t, "rds-b", doesNotExist(xdsresource.RouteConfigType, "rds-b"))
+	e.answered(t, 1)
+	if !e.ready(t, l) {
 		t.Fatal("not Ready after both answered")
 	}
 
-	chains := l.Table.Chains()
-	var srcA, srcA2, srcB *rpcpath.Source
-	var releaseA func()
-	e.do(t, func() {
-		srcA, releaseA = e.h.Source(chains[0].HCM)
-		srcA2, _ = e.h.Source(chains[0].HCM)
-		srcB, _ = e.h.Source(chains[1].HCM)
-	})
-	if srcA != srcA2 {
-		t.Error("two chains with one HttpConnectionManager got different sources")
-	}
-	if r := srcA.Load(); r.Err() != nil || r.Router().Name() != "rds-a" {
+	srcs := e.sources(t, l)
+	if r := srcs[0].Load(); r.Err() != nil || r.Router().Name() != "rds-a" {
 		t.Errorf("rds-a source: router %v, err %v; want rds-a's routes", r.Router(), r.Err())
 	}
-	if r := srcB.Load(); r.Err() == nil || !strings.Contains(r.Err().Error(), `"rds-b" does not exist`) {
-		t.Errorf("rds-b source error = %v, want it does not exist", r.Err())
+	if err := srcs[1].Load().Err(); !errors.Is(err, xdsclient.ErrResourceDoesNotExist) {
+		t.Errorf("rds-b source error = %v, want does-not-exist", err)
 	}
 
-	// An update replaces the routes of the source in use.
-	rc := e2e.DefaultRouteConfig("rds-a")
-	rc.VirtualHosts[0].Name = "updated"
-	if err := e.ms.Update(ctx, e2e.Resources{Routes: []*routepb.RouteConfiguration{rc, e2e.DefaultRouteConfig("rds-b")}}); err != nil {
-		t.Fatal(err)
+	// Watching the same Listener again starts no second watch.
+	e.do(t, func() { e.h.Watch(l) })
+	if n := e.xds.watching(xdsresource.RouteConfigType, "rds-a"); n != 1 {
+		t.Errorf("%d watches of rds-a, want 1", n)
 	}
-	for srcB.Load().Err() != nil || srcA.Load().Router() == nil || srcA.Load().Router().Routes()[0].VirtualHost != "updated" {
-		if ctx.Err() != nil {
-			t.Fatal("the sources did not get the updated routes")
-		}
-		time.Sleep(time.Millisecond)
+}
+
+// TestUpdateReachesSource: chains of one HttpConnectionManager share a
+// source, and each answer replaces its routes in place: the connections
+// reading it see the new routes on their next RPC, without a drain. A
+// resource error then replaces the routes with that error.
+func TestUpdateReachesSource(t *testing.T) {
+	ctx := testCtx(t)
+	e := newEnv(t)
+	l := listenerNaming(t, "rds-a")
+	e.do(t, func() { e.h.Watch(l) })
+	e.xds.sendRoute(ctx, t, routeWithVHost(t, "rds-a", "v1"))
+	hcm := l.Table.Chains()[0].HCM
+	var src, src2 *rpcpath.Source
+	var release, release2 func()
+	e.do(t, func() {
+		src, release = e.h.Source(hcm)
+		src2, release2 = e.h.Source(hcm)
+	})
+	if src != src2 {
+		t.Error("two chains with one HttpConnectionManager got different sources")
+	}
+	if got := vhostOf(src); got != "v1" {
+		t.Fatalf("routes of virtual host %q, want v1", got)
 	}
 
-	// No Listener uses rds-a and rds-b any more: both are unwatched; the
-	// sources keep their last routes.
-	e.do(t, func() { e.h.Retain(listenerNaming(t, "rds-c")) })
-	if _, err := e.ms.WaitForRequest(ctx, e2e.IsSubscription(resourcev3.RouteType)); err != nil {
-		t.Fatalf("waiting for the unsubscription: %v", err)
+	e.xds.sendRoute(ctx, t, routeWithVHost(t, "rds-a", "v2"))
+	if got := vhostOf(src); got != "v2" {
+		t.Errorf("after an update: routes of virtual host %q, want v2", got)
 	}
-	if r := srcA.Load(); r.Router() == nil {
-		t.Error("a source still in use lost its routes when its watch was cancelled")
+
+	e.xds.sendRouteError(ctx, t, "rds-a", doesNotExist(xdsresource.RouteConfigType, "rds-a"))
+	if err := src.Load().Err(); !errors.Is(err, xdsclient.ErrResourceDoesNotExist) {
+		t.Errorf("after does-not-exist: source error %v, want does-not-exist", err)
 	}
-	releaseA()
+	e.xds.sendRoute(ctx, t, routeWithVHost(t, "rds-a", "v3"))
+	if got := vhostOf(src); got != "v3" {
+		t.Errorf("after a new version: routes of virtual host %q, want v3", got)
+	}
+	e.answered(t, 4)
+	release()
+	release2()
+}
+
+// TestAmbientErrors: a NACK or a connectivity error keeps the last good
+// routes; before any answer, it is the first answer: the Listener becomes
+// ready and the chain's RPCs fail with it (gRFC A36).
+func TestAmbientErrors(t *testing.T) {
+	ctx := testCtx(t)
+	e := newEnv(t)
+	l := listenerNaming(t, "rds-a", "rds-b")
+	e.do(t, func() { e.h.Watch(l) })
+	e.xds.sendRoute(ctx, t, routeWithVHost(t, "rds-a", "good"))
+	e.xds.sendRouteAmbient(ctx, t, "rds-b", connectionError(errors.New("connection refused")))
+	e.answered(t, 2)
+	if !e.ready(t, l) {
+		t.Fatal("not Ready after a connectivity error answered rds-b")
+	}
+	srcs := e.sources(t, l)
+	var xe *xdsclient.Error
+	if err := srcs[1].Load().Err(); !errors.As(err, &xe) || xe.Kind != xdsclient.KindConnection {
+		t.Errorf("rds-b source error = %v, want the connectivity error", err)
+	}
+
+	e.xds.sendRouteAmbient(ctx, t, "rds-a", nack(xdsresource.RouteConfigType, "rds-a", errors.New("bad route")))
+	e.xds.sendRouteAmbient(ctx, t, "rds-a", connectionError(errors.New("connection reset")))
+	e.answered(t, 0)
+	if r := srcs[0].Load(); r.Err() != nil || vhostOf(srcs[0]) != "good" {
+		t.Errorf("rds-a after ambient errors: err %v, virtual host %q; want the last good routes", r.Err(), vhostOf(srcs[0]))
+	}
+	if n := logs.Count("W", e.logTag, `"rds-a"`, "keeping the last good version"); n != 2 {
+		t.Errorf("%d 'keeping the last good version' warnings, want 2: %q", n, logs.Matching(e.logTag))
+	}
+}
+
+// TestRetainCancelsUnused: Retain cancels the watches of the names no
+// Listener it is given uses; the sources still held keep their last routes,
+// and an answer that was already on its way when the watch was cancelled
+// changes nothing.
+func TestRetainCancelsUnused(t *testing.T) {
+	ctx := testCtx(t)
+	e := newEnv(t)
+	old := listenerNaming(t, "rds-a", "rds-b")
+	e.do(t, func() { e.h.Watch(old) })
+	e.xds.sendRoute(ctx, t, routeWithVHost(t, "rds-a", "a1"))
+	e.xds.sendRoute(ctx, t, routeWithVHost(t, "rds-b", "b1"))
+	e.answered(t, 2)
+	srcs := e.sources(t, old)
+	// The real client may already be calling a watcher when it is
+	// cancelled; keep rds-a's to play that call afterwards.
+	var late []xdsclient.ResourceWatcher
+	e.xds.deliver(ctx, t, xdsresource.RouteConfigType, "rds-a", func(w xdsclient.ResourceWatcher, onDone func()) {
+		late = append(late, w)
+		onDone()
+	})
+
+	next := listenerNaming(t, "rds-b", "rds-c")
+	e.do(t, func() {
+		e.h.Watch(next)
+		e.h.Retain(next)
+	})
+	got := e.xds.watchedNames(xdsresource.RouteConfigType)
+	if len(got) != 2 || !got["rds-b"] || !got["rds-c"] {
+		t.Errorf("watched %v after Retain, want rds-b and rds-c", got)
+	}
+	if got := vhostOf(srcs[0]); got != "a1" {
+		t.Errorf("the rds-a source still in use: virtual host %q, want its last routes (a1)", got)
+	}
+
+	callWatcher(ctx, t, late[0], func(w xdsclient.ResourceWatcher, onDone func()) {
+		w.ResourceChanged(routeWithVHost(t, "rds-a", "a2"), onDone)
+	})
+	e.answered(t, 0)
+	if got := vhostOf(srcs[0]); got != "a1" {
+		t.Errorf("an answer to a cancelled watch changed the routes to virtual host %q", got)
+	}
+
+	// Neither Listener: every watch goes.
+	e.do(t, func() { e.h.Retain(nil) })
+	if got := e.xds.watchedNames(xdsresource.RouteConfigType); len(got) != 0 {
+		t.Errorf("watched %v after Retain of no Listener, want none", got)
+	}
 }
 
 // TestConfigErrorLogging: gRFC A36 configuration error logging: a warning
 // for each answer whose routes fail RPCs, one when they are fixed.
 func TestConfigErrorLogging(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx := testCtx(t)
 	e := newEnv(t)
 	const name = "rds-logging"
 	l := listenerNaming(t, name)
@@ -199,11 +348,9 @@ func TestConfigErrorLogging(t *testing.T) {
 	bad := e2e.DefaultRouteConfig(name)
 	bad.VirtualHosts[0].Routes[0].Action = &routepb.Route_Route{Route: &routepb.RouteAction{ClusterSpecifier: &routepb.RouteAction_Cluster{Cluster: "c"}}}
 	for _, rc := range []*routepb.RouteConfiguration{bad, e2e.DefaultRouteConfig(name)} {
-		if err := e.ms.Update(ctx, e2e.Resources{Routes: []*routepb.RouteConfiguration{rc}}); err != nil {
-			t.Fatal(err)
-		}
-		e.waitAnswer(ctx, t)
+		e.xds.sendRoute(ctx, t, decodeRoute(t, rc))
 	}
+	e.answered(t, 2)
 	if n := logs.Count("W", e.logTag, "configuration error:", `"`+name+`"`, "non_forwarding_action"); n != 1 {
 		t.Errorf("%d configuration error warnings, want 1: %q", n, logs.Matching(e.logTag))
 	}
