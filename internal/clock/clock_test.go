@@ -106,3 +106,21 @@ func TestRealTimerAllocs(t *testing.T) {
 		t.Errorf("Real.NewTimer allocates %v, time.NewTimer %v", got, want)
 	}
 }
+
+// TestFakeWaitPendingSeesAdvance: moving the time without firing a timer
+// wakes WaitPending, since the pending durations changed.
+func TestFakeWaitPendingSeesAdvance(t *testing.T) {
+	f := NewFake(epoch)
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	tm := f.NewTimer(time.Minute)
+	defer tm.Stop()
+	done := make(chan error, 1)
+	go func() {
+		done <- f.WaitPending(ctx, func(p []time.Duration) bool { return slices.Equal(p, []time.Duration{30 * time.Second}) })
+	}()
+	f.Advance(30 * time.Second)
+	if err := <-done; err != nil {
+		t.Fatalf("WaitPending() = %v after Advance left the timer 30s away", err)
+	}
+}

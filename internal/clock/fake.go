@@ -109,7 +109,10 @@ func (f *Fake) Advance(d time.Duration) {
 			}
 		}
 		if next == nil {
-			f.now = end
+			if f.now.Before(end) {
+				f.now = end
+				f.notifyLocked() // the pending durations changed
+			}
 			f.mu.Unlock()
 			return
 		}
@@ -146,8 +149,9 @@ func (f *Fake) pendingLocked() []time.Duration {
 
 // WaitPending waits until ok, called with what Pending returns, reports
 // true, and returns nil; or returns ctx's error. ok is checked now and each
-// time a timer is made, stopped or fires, so a test can wait for the code
-// under test to reach a wait without sleeping.
+// time a timer is made, stopped or fires and each time Advance moves the
+// time, so a test can wait for the code under test to reach a wait without
+// sleeping.
 func (f *Fake) WaitPending(ctx context.Context, ok func(pending []time.Duration) bool) error {
 	for {
 		f.mu.Lock()

@@ -132,7 +132,9 @@ func TestDrainJitter(t *testing.T) {
 		f.clk.Advance(at - now)
 		now = at
 		// The connection due now has its grace timer: grace from now.
-		f.clk.WaitPending(f.ctx, func(p []time.Duration) bool { return slices.Contains(p, grace) })
+		if err := f.clk.WaitPending(f.ctx, func(p []time.Duration) bool { return slices.Contains(p, grace) }); err != nil {
+			t.Fatalf("at +%v: no grace timer for the connection due: %v", now, err)
+		}
 		for i, c := range conns {
 			var want time.Time
 			if offsets[i] <= now {
@@ -169,7 +171,9 @@ func TestDrainJitterDefaultRand(t *testing.T) {
 	}
 	f.cs.Drain(conns)
 	var p []time.Duration
-	f.clk.WaitPending(f.ctx, func(q []time.Duration) bool { p = q; return len(q) == n })
+	if err := f.clk.WaitPending(f.ctx, func(q []time.Duration) bool { p = q; return len(q) == n }); err != nil {
+		t.Fatalf("pending timers %v, want %d", p, n)
+	}
 	for _, d := range p {
 		if d < 0 || d >= jitter && d != time.Minute {
 			t.Errorf("pending timers %v: %v is neither a delay in [0, %v) nor the grace time", p, d, jitter)
