@@ -69,9 +69,11 @@ func TestDrain_InFlightStreamCompletes(t *testing.T) {
 	s.modes.expectNone(t, addr, defaultTestShortTimeout)
 }
 
-// TestDrain_GraceTime checks that a drained connection is closed after the
-// drain grace time at the latest, failing a stream that outlives it, and
-// that until then the stream works.
+// TestDrain_GraceTime checks the wiring of DrainGraceTime: a drained
+// connection whose stream outlives the grace time is closed, failing the
+// stream, and the listening socket stays open. The timing (the stream works
+// until the deadline, and is cut at it) is checked on a fake clock by
+// connserver's TestDrainGrace.
 func TestDrain_GraceTime(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -94,7 +96,6 @@ func TestDrain_GraceTime(t *testing.T) {
 			c := newClient(t, addr, "127.0.0.1", 0)
 			st := c.startStream(ctx, t)
 
-			start := time.Now()
 			if test.deleted {
 				env.update(ctx, t, nil, nil)
 			} else {
@@ -115,15 +116,8 @@ func TestDrain_GraceTime(t *testing.T) {
 				if errors.Is(err, io.EOF) || status.Code(err) == codes.OK {
 					t.Fatalf("stream ended with %v, want it failed by the closed connection", err)
 				}
-				elapsed := time.Since(start)
-				if max := test.grace + 3*time.Second; elapsed > max {
-					t.Errorf("stream failed %v after the update, want within %v", elapsed, max)
-				}
-				if elapsed < test.grace/2 {
-					t.Errorf("stream failed %v after the update, before half the grace time %v", elapsed, test.grace)
-				}
-			case <-time.After(test.grace + 5*time.Second):
-				t.Fatalf("stream still running %v after a drain with grace time %v", test.grace+5*time.Second, test.grace)
+			case <-ctx.Done():
+				t.Fatalf("stream still running after a drain with grace time %v", test.grace)
 			}
 			if test.deleted {
 				return
@@ -292,9 +286,10 @@ func TestDrain_NoChangeNoDrain(t *testing.T) {
 	}
 }
 
-// TestDrain_Jitter checks that DrainJitter spreads the GOAWAYs of one drain
-// over its window: the clients of a changed chain see their connections go
-// away at different times, all within the window (plus slack).
+// TestDrain_Jitter checks the wiring of DrainJitter: with it set, every
+// client of a changed chain still gets its GOAWAY. How the GOAWAYs spread
+// over the window is checked on a fake clock by connserver's
+// TestDrainJitter.
 func TestDrain_Jitter(t *testing.T) {
 	t.Parallel()
 	const (
@@ -314,34 +309,21 @@ func TestDrain_Jitter(t *testing.T) {
 		}
 		cs = append(cs, c)
 	}
-	start := time.Now()
 	env.update(ctx, t, []*listenerpb.Listener{testListener(addr, []chainSpec{{name: "B"}}, nil)}, nil)
-	times := make([]time.Duration, clients)
+	drained := make([]bool, clients)
 	var wg sync.WaitGroup
 	for i, c := range cs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if !c.WaitForStateChange(ctx, connectivity.Ready) {
-				times[i] = -1
-				return
-			}
-			times[i] = time.Since(start)
+			drained[i] = c.WaitForStateChange(ctx, connectivity.Ready)
 		}()
 	}
 	wg.Wait()
-	lo, hi := times[0], times[0]
-	for _, d := range times {
-		if d < 0 {
-			t.Fatal("a connection was not drained")
+	for i, ok := range drained {
+		if !ok {
+			t.Errorf("client %d: connection still READY, want it drained (GOAWAY)", i)
 		}
-		lo, hi = min(lo, d), max(hi, d)
-	}
-	if hi > jitter+3*time.Second {
-		t.Errorf("last GOAWAY %v after the update, want within the jitter window %v (+3s)", hi, jitter)
-	}
-	if hi-lo < jitter/10 {
-		t.Errorf("GOAWAYs spread over %v (from %v to %v), want them spread over the %v window", hi-lo, lo, hi, jitter)
 	}
 }
 

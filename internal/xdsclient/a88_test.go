@@ -8,6 +8,7 @@ import (
 
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/proxyless-grpc/xds/internal/bootstrap"
+	"github.com/proxyless-grpc/xds/internal/clock"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 	"github.com/proxyless-grpc/xds/internal/xdsclient"
 	"google.golang.org/grpc"
@@ -21,20 +22,24 @@ import (
 // watcher hears a ResourceError of KindTimeout (gRFC A88); the timer runs
 // twice the configured time.
 func TestTimeoutStatus(t *testing.T) {
+	const expiry = 15 * time.Second
 	ctx := testContext(t)
 	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
+	clk := clock.NewFake(fakeEpoch)
 	c := newClient(t, e2e.BootstrapOptions{
 		ServerURIs:     []string{ms.Address},
 		ServerFeatures: []string{xdsclient.ServerFeatureResourceTimerIsTransientError},
-	}, xdsclient.Options{WatchExpiryTimeout: 50 * time.Millisecond})
+	}, xdsclient.Options{WatchExpiryTimeout: expiry, Clock: clk})
 
 	w := newTestWatcher()
-	start := time.Now()
 	defer c.WatchResource(listenerType, "missing", w)()
-	err := w.wantError(ctx, t, "error", xdsclient.KindTimeout)
-	if elapsed := time.Since(start); elapsed < 100*time.Millisecond {
-		t.Errorf("timer fired after %v, want at least twice the 50ms WatchExpiryTimeout", elapsed)
+	waitTimers(ctx, t, clk, 2*expiry)
+	clk.Advance(2*expiry - time.Nanosecond)
+	if d := findDump(c, listenerURL, "missing"); d == nil || d.Status != xdsclient.StatusRequested {
+		t.Fatalf("dump before twice the WatchExpiryTimeout = %+v, want status REQUESTED", d)
 	}
+	clk.Advance(time.Nanosecond)
+	err := w.wantError(ctx, t, "error", xdsclient.KindTimeout)
 	if errors.Is(err, xdsclient.ErrResourceDoesNotExist) {
 		t.Errorf("timeout error %v matches ErrResourceDoesNotExist, want not", err)
 	}

@@ -1,14 +1,15 @@
 package xdsclient_test
 
 import (
-	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	"github.com/proxyless-grpc/xds/internal/clock"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 	"github.com/proxyless-grpc/xds/internal/xdsclient"
 	"google.golang.org/grpc/codes"
@@ -152,9 +153,11 @@ func TestPartialNACK(t *testing.T) {
 // A resource the server never sends is reported as not existing once the
 // timer expires; a later watcher hears it at once.
 func TestDoesNotExistTimer(t *testing.T) {
+	const expiry = 15 * time.Second
 	ctx := testContext(t)
 	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
-	c := newClient(t, e2e.BootstrapOptions{ServerURIs: []string{ms.Address}}, xdsclient.Options{WatchExpiryTimeout: 200 * time.Millisecond})
+	clk := clock.NewFake(fakeEpoch)
+	c := newClient(t, e2e.BootstrapOptions{ServerURIs: []string{ms.Address}}, xdsclient.Options{WatchExpiryTimeout: expiry, Clock: clk})
 
 	present := testListener("present", 9)
 	update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{present}})
@@ -163,6 +166,11 @@ func TestDoesNotExistTimer(t *testing.T) {
 	w := newTestWatcher()
 	defer c.WatchResource(listenerType, "missing", w)()
 	wPresent.wantData(ctx, t, present)
+	// Only the missing resource's timer runs: the present one's stopped.
+	waitTimers(ctx, t, clk, expiry)
+	clk.Advance(expiry - time.Nanosecond)
+	waitTimers(ctx, t, clk, time.Nanosecond) // not fired yet
+	clk.Advance(time.Nanosecond)
 	err := w.wantError(ctx, t, "error", xdsclient.KindDoesNotExist)
 	if !errors.Is(err, xdsclient.ErrResourceDoesNotExist) {
 		t.Errorf("error %v does not match ErrResourceDoesNotExist", err)
@@ -174,9 +182,9 @@ func TestDoesNotExistTimer(t *testing.T) {
 	w2 := newTestWatcher()
 	defer c.WatchResource(listenerType, "missing", w2)()
 	w2.wantError(ctx, t, "error", xdsclient.KindDoesNotExist)
-
-	// The timer of the received resource was stopped.
-	wPresent.wantNothing(t)
+	if p := clk.Pending(); len(p) != 0 {
+		t.Errorf("timers pending after the expiry: %v, want none", p)
+	}
 
 	// The resource appearing later is delivered.
 	l := testListener("missing", 1)
@@ -191,7 +199,9 @@ func TestDoesNotExistTimerNotStartedWhileServerDown(t *testing.T) {
 	ctx := testContext(t)
 	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
 	ms.Stop()
-	c := newClient(t, e2e.BootstrapOptions{ServerURIs: []string{ms.Address}}, xdsclient.Options{WatchExpiryTimeout: 100 * time.Millisecond})
+	const expiry = 15 * time.Second
+	clk := clock.NewFake(fakeEpoch)
+	c := newClient(t, e2e.BootstrapOptions{ServerURIs: []string{ms.Address}}, xdsclient.Options{WatchExpiryTimeout: expiry, Clock: clk})
 
 	w := newTestWatcher()
 	defer c.WatchResource(listenerType, "missing", w)()
@@ -201,15 +211,22 @@ func TestDoesNotExistTimerNotStartedWhileServerDown(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no connectivity AmbientError while the server is down")
 	}
-	sleepCtx, cancel := context.WithTimeout(ctx, 4*100*time.Millisecond)
-	defer cancel()
+	// The client waits to reconnect; no resource timer runs, however long
+	// the outage lasts.
+	waitTimers(ctx, t, clk, fastBackoff(0))
+	for range 3 {
+		clk.Advance(2 * expiry)
+		waitTimers(ctx, t, clk, fastBackoff(0))
+	}
 	select {
 	case e := <-w.events:
 		t.Fatalf("got callback %s (%v) while the server is down", e.kind, e.err)
-	case <-sleepCtx.Done():
+	default:
 	}
 
 	e2e.RestartManagementServer(t, ms)
+	advanceBackoffsUntil(ctx, t, clk, func(p []time.Duration) bool { return slices.Equal(p, []time.Duration{expiry}) })
+	clk.Advance(expiry)
 	w.wantError(ctx, t, "error", xdsclient.KindDoesNotExist)
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/proxyless-grpc/xds/internal/bootstrap"
+	"github.com/proxyless-grpc/xds/internal/clock"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -64,7 +65,7 @@ type resourceState struct {
 	errState *UpdateErrorState
 	lastErr  error // the error of the last ResourceError, replayed to new watchers
 
-	timer    *time.Timer // does-not-exist timer; nil when not running
+	timer    clock.Timer // does-not-exist timer; nil when not running
 	timerCh  *xdsChannel // the channel whose send started the timer
 	timerSeq uint64      // bumped on every start and stop, to drop stale firings
 	ignored  bool        // a deletion was ignored (gRFC A53)
@@ -228,7 +229,7 @@ func (c *Client) startTimers(ch *xdsChannel, gen uint64, typeURL string, names [
 			s.timerSeq++
 			seq := s.timerSeq
 			s.timerCh = ch
-			s.timer = time.AfterFunc(c.expiryTimeout(ch.server), func() {
+			s.timer = c.opts.Clock.AfterFunc(c.expiryTimeout(ch.server), func() {
 				c.serializer.TrySchedule(func(context.Context) { c.handleTimerFired(s, seq) })
 			})
 		}

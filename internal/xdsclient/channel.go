@@ -235,7 +235,7 @@ func (c *Client) handleStreamDown(ch *xdsChannel, err error, gotResponse bool) {
 		return
 	}
 	ch.streamGen = 0
-	ch.lastErr, ch.lastErrAt = err, time.Now()
+	ch.lastErr, ch.lastErrAt = err, c.opts.Clock.Now()
 	c.stopTimersOf(ch)
 	if gotResponse {
 		logger.Infof("xdsclient: ADS stream to %q ended after receiving responses, reconnecting: %v [xds node id %q]", ch.server, err, c.nodeID)
@@ -286,10 +286,10 @@ func (ch *xdsChannel) run() {
 			retries = 0
 			continue
 		}
-		t := time.NewTimer(ch.c.opts.Backoff(retries))
+		t := ch.c.opts.Clock.NewTimer(ch.c.opts.Backoff(retries))
 		retries++
 		select {
-		case <-t.C:
+		case <-t.C():
 		case <-ch.ctx.Done():
 			t.Stop()
 			return

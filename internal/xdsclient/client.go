@@ -73,6 +73,7 @@ import (
 
 	"github.com/proxyless-grpc/xds/internal/backoff"
 	"github.com/proxyless-grpc/xds/internal/bootstrap"
+	"github.com/proxyless-grpc/xds/internal/clock"
 	"github.com/proxyless-grpc/xds/internal/syncutil"
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc/grpclog"
@@ -99,6 +100,11 @@ type Options struct {
 	// Backoff returns the delay before reconnecting after retries failed
 	// stream attempts (0-based). Nil means backoff.DefaultExponential.Backoff.
 	Backoff func(retries int) time.Duration
+
+	// Clock runs the does-not-exist timers and the waits between stream
+	// attempts, and dates the dump's updates and errors. Nil means
+	// clock.Real.
+	Clock clock.Clock
 
 	// MeterProvider receives the client's metrics (gRFC A78:
 	// grpc.xds_client.resource_updates_valid, resource_updates_invalid,
@@ -152,6 +158,7 @@ func New(cfg *bootstrap.Config, opts Options) (*Client, error) {
 	if opts.Scope == "" {
 		opts.Scope = DefaultScope
 	}
+	opts.Clock = clock.Or(opts.Clock)
 	c := &Client{
 		cfg:         cfg,
 		opts:        opts,

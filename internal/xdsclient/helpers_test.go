@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/proxyless-grpc/xds/internal/bootstrap"
+	"github.com/proxyless-grpc/xds/internal/clock"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 	"github.com/proxyless-grpc/xds/internal/xdsclient"
@@ -255,5 +257,38 @@ func skipFirst(n int, pred func(*discoveryRequest) bool) func(*discoveryRequest)
 	return func(r *discoveryRequest) bool {
 		seen++
 		return seen > n && pred(r)
+	}
+}
+
+// fakeEpoch is where the tests' fake clocks start.
+var fakeEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// waitTimers waits until the fake clock's pending timers (durations from
+// now, earliest first) are exactly want.
+func waitTimers(ctx context.Context, t *testing.T, clk *clock.Fake, want ...time.Duration) {
+	t.Helper()
+	var last []time.Duration
+	if err := clk.WaitPending(ctx, func(p []time.Duration) bool { last = p; return slices.Equal(p, want) }); err != nil {
+		t.Fatalf("pending timers %v, want %v", last, want)
+	}
+}
+
+// advanceBackoffsUntil advances clk past each reconnection wait of
+// fastBackoff it finds pending until ok holds for the pending timers.
+func advanceBackoffsUntil(ctx context.Context, t *testing.T, clk *clock.Fake, ok func(pending []time.Duration) bool) {
+	t.Helper()
+	for {
+		var p []time.Duration
+		err := clk.WaitPending(ctx, func(q []time.Duration) bool {
+			p = q
+			return ok(q) || slices.Contains(q, fastBackoff(0))
+		})
+		if err != nil {
+			t.Fatalf("pending timers %v: neither the wanted ones nor a reconnection wait", p)
+		}
+		if ok(p) {
+			return
+		}
+		clk.Advance(fastBackoff(0))
 	}
 }

@@ -50,7 +50,7 @@ func (c *Client) handleResponse(ch *xdsChannel, gen uint64, resp *discoverypb.Di
 	}
 	results, valid, errs, unnamed := c.decodeAll(ch, rt, resp)
 	c.metrics.updates(ch.server.ServerURI, rt.typeSuffix(), int64(valid), int64(len(errs)))
-	now := time.Now()
+	now := c.opts.Clock.Now()
 	// gRFC A40 "continue after first error": the error of a rejected
 	// response is recorded on every resource it carried, valid or not.
 	var rejected *UpdateErrorState

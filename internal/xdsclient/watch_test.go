@@ -6,6 +6,7 @@ import (
 	"time"
 
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	"github.com/proxyless-grpc/xds/internal/clock"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 	"github.com/proxyless-grpc/xds/internal/xdsclient"
 	"google.golang.org/protobuf/proto"
@@ -447,5 +448,38 @@ func TestBackoffResetAfterResponse(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal("timed out waiting for the backoff to restart at 0")
 		}
+	}
+}
+
+// Between failed stream attempts the channel waits, on the client's clock,
+// exactly what Backoff returned for the attempt's retry count, and makes no
+// attempt before.
+func TestBackoffWaitsOnClock(t *testing.T) {
+	ctx := testContext(t)
+	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
+	ms.Stop()
+	clk := clock.NewFake(fakeEpoch)
+	retries := make(chan int, 100)
+	c := newClient(t, e2e.BootstrapOptions{ServerURIs: []string{ms.Address}}, xdsclient.Options{
+		Clock: clk,
+		Backoff: func(n int) time.Duration {
+			retries <- n
+			return time.Duration(n+1) * time.Second
+		},
+	})
+	w := newTestWatcher()
+	defer c.WatchResource(listenerType, "lis", w)()
+	for n := range 3 {
+		wait := time.Duration(n+1) * time.Second
+		waitTimers(ctx, t, clk, wait)
+		if got := <-retries; got != n {
+			t.Fatalf("Backoff(%d), want Backoff(%d)", got, n)
+		}
+		clk.Advance(wait - time.Nanosecond)
+		if len(retries) != 0 {
+			t.Fatalf("another attempt failed before the wait of %v was over", wait)
+		}
+		waitTimers(ctx, t, clk, time.Nanosecond)
+		clk.Advance(time.Nanosecond)
 	}
 }

@@ -23,6 +23,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/proxyless-grpc/xds/internal/clock"
 	"github.com/proxyless-grpc/xds/internal/filterchain"
 	"github.com/proxyless-grpc/xds/internal/server/rpcpath"
 	"github.com/proxyless-grpc/xds/internal/server/security"
@@ -48,6 +49,12 @@ type Options struct {
 	DrainGrace, DrainJitter time.Duration
 	// Log is the listener's logger.
 	Log *serverlog.Logger
+	// Clock times the drains (jitter delays, grace deadlines, the wait for
+	// gRPC to start serving a connection). Nil means clock.Real.
+	Clock clock.Clock
+	// Rand returns a random duration in [0, n), n > 0: a drained
+	// connection's jitter delay. Nil means math/rand/v2's N.
+	Rand func(n time.Duration) time.Duration
 }
 
 // Group serves the connections of one listener.
@@ -73,6 +80,10 @@ type Group struct {
 // NewGroup returns an empty Group; it starts the reaper goroutine, which
 // Close stops.
 func NewGroup(o Options) *Group {
+	o.Clock = clock.Or(o.Clock)
+	if o.Rand == nil {
+		o.Rand = rand.N[time.Duration]
+	}
 	return &Group{
 		opts:     o,
 		closing:  syncutil.NewEvent(),
@@ -173,14 +184,22 @@ func (g *Group) snapshot() []*ChainServer {
 func (g *Group) ChainServers() []*ChainServer { return g.snapshot() }
 
 // wait waits for ch, at most d, and returns early (false) on a hard stop;
-// it reports whether ch was closed.
+// it reports whether ch was closed. It makes no timer when ch is already
+// closed or the hard stop has fired.
 func (g *Group) wait(ch <-chan struct{}, d time.Duration) bool {
-	t := time.NewTimer(d)
+	select {
+	case <-ch:
+		return true
+	case <-g.hardStop.Done():
+		return false
+	default:
+	}
+	t := g.opts.Clock.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ch:
 		return true
-	case <-t.C:
+	case <-t.C():
 		return false
 	case <-g.hardStop.Done():
 		return false
@@ -353,7 +372,7 @@ func (cs *ChainServer) Drain(conns []*Conn) {
 	for _, c := range todo {
 		var delay time.Duration
 		if j := g.opts.DrainJitter; j > 0 && deadline {
-			delay = rand.N(j)
+			delay = g.opts.Rand(j)
 		}
 		g.wg.Add(1)
 		go func() {
@@ -467,10 +486,10 @@ func (c *Conn) drain(delay time.Duration, deadline bool) {
 		return
 	}
 	c.cs.mu.Lock()
-	c.deadline = time.Now().Add(g.opts.DrainGrace)
+	c.deadline = g.opts.Clock.Now().Add(g.opts.DrainGrace)
 	c.cs.mu.Unlock()
 	stopped := make(chan struct{})
-	t := time.AfterFunc(g.opts.DrainGrace, func() {
+	t := g.opts.Clock.AfterFunc(g.opts.DrainGrace, func() {
 		g.opts.Log.Infof("drain grace time (%v) over: closing connection %v of filter chain %q", g.opts.DrainGrace, c.Source(), c.cs.chain.Name)
 		c.srv.Stop()
 		close(stopped)
