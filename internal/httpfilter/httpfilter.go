@@ -102,6 +102,23 @@ func (r *Registry) Register(f Filter) {
 	}
 }
 
+// Filters returns the filters r holds, each once, in no particular order.
+func (r *Registry) Filters() []Filter {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out []Filter
+	seen := make(map[Filter]bool)
+	for _, m := range []map[string]Filter{r.configs, r.overrides} {
+		for _, f := range m {
+			if !seen[f] {
+				seen[f] = true
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}
+
 // lookup returns the filter for a top-level config type or, if override is
 // true, for an override config type.
 func (r *Registry) lookup(typeURL string, override bool) Filter {

@@ -159,11 +159,57 @@ func (Filter) BuildStep(instance string, config, override httpfilter.Config) (ht
 	return &Step{name: instance, rules: rules, shadow: shadow}, nil
 }
 
-// Step is the filter's per-RPC work on one route.
+// Step is the filter's per-RPC work on one route. Immutable.
 type Step struct {
-	name   string
-	rules  *rbac.Engine
-	shadow *rbac.Engine
+	name    string
+	rules   *rbac.Engine
+	shadow  *rbac.Engine
+	counter httpfilter.Counter // nil: nothing counts
+}
+
+// The filter's metric, its attributes and their values.
+const (
+	// DecisionsMetric counts the RPCs an RBAC HTTP filter allowed or
+	// denied, with the filter in AttrFilter and the outcome in
+	// AttrDecision.
+	DecisionsMetric = "grpc.xds_server.rbac.decisions"
+	// AttrFilter is the name of the RBAC HTTP filter (its name in the
+	// HttpConnectionManager's http_filters).
+	AttrFilter = "grpc.xds_server.rbac.filter"
+	// AttrDecision is DecisionAllowed or DecisionDenied.
+	AttrDecision    = "grpc.xds_server.rbac.decision"
+	DecisionAllowed = "allowed"
+	DecisionDenied  = "denied"
+)
+
+// Outcomes of an RPC, as counted (httpfilter.Counter).
+const (
+	outcomeAllowed = 0
+	outcomeDenied  = 1
+)
+
+// outcomes is what the filter counts: its decisions, in a metric and on
+// the status page.
+var outcomes = &httpfilter.Outcomes{
+	Metric:      DecisionsMetric,
+	Unit:        "{call}",
+	Description: "RPCs allowed or denied by an RBAC HTTP filter.",
+	FilterAttr:  AttrFilter,
+	OutcomeAttr: AttrDecision,
+	Values:      [2]string{DecisionAllowed, DecisionDenied},
+	Title:       "RBAC decisions",
+	None:        "No RBAC filter has decided an RPC.",
+}
+
+// Outcomes implements httpfilter.CountingFilter.
+func (Filter) Outcomes() *httpfilter.Outcomes { return outcomes }
+
+// WithCounter implements httpfilter.CountingStep: a copy of s whose
+// decisions c counts (the enforced ones; shadow_rules are not counted).
+func (s *Step) WithCounter(c httpfilter.Counter) httpfilter.Step {
+	cp := *s
+	cp.counter = c
+	return &cp
 }
 
 // errDenied is the status of a denied RPC; it names no policy.
@@ -187,8 +233,14 @@ func (s *Step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, er
 		d := s.rules.Evaluate(ri)
 		s.rules.Audit(ri, d, s.name, false)
 		if !d.Allow {
+			if s.counter != nil {
+				s.counter.Count(ctx, outcomeDenied)
+			}
 			return ctx, errDenied
 		}
+	}
+	if s.counter != nil {
+		s.counter.Count(ctx, outcomeAllowed)
 	}
 	return ctx, nil
 }
