@@ -26,42 +26,28 @@ package rbac
 import (
 	"crypto/x509"
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 
 	"github.com/proxyless-grpc/xds/audit"
+	"github.com/proxyless-grpc/xds/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/auditlog"
 	"github.com/proxyless-grpc/xds/internal/matcher"
 )
 
 // Headers is the request metadata the engine reads: keys are lower-case,
 // Get returns every value of a header in order and nothing when it is absent.
-// gRPC's metadata.MD satisfies it.
-type Headers interface {
-	Get(key string) []string
-}
+// gRPC's metadata.MD satisfies it. It is the Headers of HTTP filters.
+type Headers = httpfilter.Headers
 
-// RequestInfo is what the engine knows of an RPC.
-type RequestInfo struct {
-	// FullMethod is the RPC's method, "/pkg.Service/Method": the :path
-	// header and what url_path matches.
-	FullMethod string
-	// Authority is the :authority header (Host is an alias of it).
-	Authority string
-	// Header is the request metadata; nil means none.
-	Header Headers
-	// Remote is the peer's address (source_ip, direct_remote_ip, remote_ip);
-	// Local is the connection's local address (destination_ip,
-	// destination_port).
-	Remote, Local netip.AddrPort
-	// TLS reports whether the connection uses TLS.
-	TLS bool
-	// PeerCertificates is the peer's certificate chain, leaf first.
-	PeerCertificates []*x509.Certificate
-}
+// RequestInfo is what the engine knows of an RPC: the request view HTTP
+// filters see (httpfilter.Request), so a filter hands its RPC's Request to
+// Evaluate as it is. FullMethod is what url_path matches; Authority is also
+// the Host header; Remote is source_ip, direct_remote_ip and remote_ip;
+// Local is destination_ip and destination_port; a nil Header means none.
+type RequestInfo = httpfilter.Request
 
 // Action is what an Engine does with an RPC that matches one of its
 // policies.

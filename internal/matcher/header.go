@@ -7,14 +7,13 @@ import (
 	"strings"
 
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+
+	"github.com/proxyless-grpc/xds/httpfilter"
 )
 
-// Headers is the request metadata a HeaderMatcher reads. Keys are
-// lower-case; Get returns every value of a header, in order, and nothing when
-// it is absent. grpc's metadata.MD satisfies it.
-type Headers interface {
-	Get(key string) []string
-}
+// Headers is the request metadata a HeaderMatcher reads: the one Headers
+// of the module, httpfilter.Headers.
+type Headers = httpfilter.Headers
 
 // headerKind is the kind of a HeaderMatcher.
 type headerKind uint8

@@ -307,7 +307,9 @@ func buildStep(t *testing.T, st *httpfilter.State, instance string, m *localrate
 	return s.(*Step)
 }
 
-func rpc() httpfilter.RPC { return httpfilter.RPC{FullMethod: "/s.S/M", Header: metadata.MD{}} }
+func rpc() httpfilter.RPC {
+	return httpfilter.RPC{Request: httpfilter.Request{FullMethod: "/s.S/M", Header: metadata.MD{}}}
+}
 
 // TestStep: enforced, the 4th RPC on a 3-token bucket is refused and
 // counted; the allowed path allocates nothing.

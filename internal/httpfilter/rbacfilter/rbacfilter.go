@@ -217,15 +217,7 @@ var errDenied = status.Error(codes.PermissionDenied, "RBAC: access denied")
 
 // Run implements httpfilter.Step.
 func (s *Step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, error) {
-	ri := rbac.RequestInfo{
-		FullMethod:       rpc.FullMethod,
-		Authority:        rpc.Authority,
-		Header:           rpc.Header,
-		Remote:           rpc.Remote,
-		Local:            rpc.Local,
-		TLS:              rpc.TLS,
-		PeerCertificates: rpc.PeerCertificates,
-	}
+	ri := rpc.Request
 	if s.shadow != nil {
 		s.shadow.Audit(ri, s.shadow.Evaluate(ri), s.name, true)
 	}

@@ -109,7 +109,7 @@ func wellFormedMethod(m string) bool {
 // rpcInfo describes an RPC to filter steps: the method is :path, the peer's
 // and the local address come from the connection, and so does TLS.
 func rpcInfo(ctx context.Context, info *tap.Info, authority string) httpfilter.RPC {
-	rpc := httpfilter.RPC{FullMethod: info.FullMethodName, Authority: authority, Header: info.Header}
+	rpc := httpfilter.RPC{Request: httpfilter.Request{FullMethod: info.FullMethodName, Authority: authority, Header: info.Header}}
 	p, ok := peer.FromContext(ctx)
 	if !ok {
 		return rpc
