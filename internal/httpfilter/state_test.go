@@ -198,7 +198,7 @@ func TestParseFraction(t *testing.T) {
 		{desc: "ten thousand", in: &typepb.FractionalPercent{Numerator: 1, Denominator: typepb.FractionalPercent_TEN_THOUSAND}, want: Fraction{num: 1, den: 10_000}},
 		{desc: "million", in: &typepb.FractionalPercent{Numerator: 5, Denominator: typepb.FractionalPercent_MILLION}, want: Fraction{num: 5, den: 1_000_000}},
 		{desc: "numerator above denominator is all", in: &typepb.FractionalPercent{Numerator: 250}, want: Fraction{num: 100, den: 100}},
-		{desc: "unknown denominator", in: &typepb.FractionalPercent{Numerator: 1, Denominator: 9}, wantErr: "f.denominator: unknown value 9"},
+		{desc: "unknown denominator", in: &typepb.FractionalPercent{Numerator: 1, Denominator: 9}, wantErr: "f.denominator: unknown value 9, want HUNDRED, TEN_THOUSAND or MILLION"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.desc, func(t *testing.T) {

@@ -225,17 +225,11 @@ func perMillion(f *typepb.FractionalPercent) (uint64, error) {
 	if f == nil {
 		return 0, errors.New("unset, want a FractionalPercent")
 	}
-	n := uint64(f.GetNumerator())
-	switch d := f.GetDenominator(); d {
-	case typepb.FractionalPercent_HUNDRED:
-		n *= 10_000
-	case typepb.FractionalPercent_TEN_THOUSAND:
-		n *= 100
-	case typepb.FractionalPercent_MILLION:
-	default:
-		return 0, fmt.Errorf("denominator: unknown value %d, want HUNDRED, TEN_THOUSAND or MILLION", int32(d))
+	fr, err := httpfilter.ParseFraction("", f, httpfilter.Fraction{})
+	if err != nil {
+		return 0, err
 	}
-	return min(n, fractionAll), nil
+	return fr.Numerator() * (fractionAll / fr.Denominator()), nil
 }
 
 // compileAction validates the route's action. On a server, gRFC A36: "The

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/tap"
 
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
+	"github.com/proxyless-grpc/xds/internal/netaddr"
 	"github.com/proxyless-grpc/xds/internal/routing"
 )
 
@@ -138,15 +139,8 @@ func peerCerts(c []*x509.Certificate) []*x509.Certificate {
 // addrPort converts a TCP address, IPv4-mapped addresses unmapped; the zero
 // value for other kinds.
 func addrPort(a net.Addr) netip.AddrPort {
-	switch a := a.(type) {
-	case *net.TCPAddr:
-		ap := a.AddrPort()
-		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-	case interface{ AddrPort() netip.AddrPort }:
-		ap := a.AddrPort()
-		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-	}
-	return netip.AddrPort{}
+	ap, _ := netaddr.FromNet(a)
+	return ap
 }
 
 // Routes is what one filter chain routes RPCs with at one moment: the
