@@ -25,6 +25,7 @@ package rbac
 
 import (
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -105,9 +106,22 @@ type policy struct {
 // (Permission.matcher, uri_template, Principal.custom), an unknown action or
 // audit condition, or an unknown audit logger type not marked is_optional
 // is rejected.
+//
+// An error reads "rbac: " and the field path from the RBAC message down;
+// errors.Unwrap returns it without the "rbac: ", for a caller that puts
+// the RBAC message's own path in front.
 func Compile(pb *rbacpb.RBAC) (*Engine, error) {
+	e, err := compile(pb)
+	if err != nil {
+		return nil, fmt.Errorf("rbac: %w", err)
+	}
+	return e, nil
+}
+
+// compile is Compile, its errors without the package prefix.
+func compile(pb *rbacpb.RBAC) (*Engine, error) {
 	if pb == nil {
-		return nil, fmt.Errorf("rbac: config is missing")
+		return nil, errors.New("config is missing")
 	}
 	e := &Engine{}
 	switch pb.GetAction() {
@@ -118,7 +132,7 @@ func Compile(pb *rbacpb.RBAC) (*Engine, error) {
 	case rbacpb.RBAC_LOG:
 		e.action = ActionLog
 	default:
-		return nil, fmt.Errorf("rbac: action: unknown value %d, want ALLOW, DENY or LOG", int32(pb.GetAction()))
+		return nil, fmt.Errorf("action: unknown value %d, want ALLOW, DENY or LOG", int32(pb.GetAction()))
 	}
 	c := &compiler{m: &matcher.Compiler{}}
 	names := make([]string, 0, len(pb.GetPolicies()))
@@ -129,14 +143,14 @@ func Compile(pb *rbacpb.RBAC) (*Engine, error) {
 	for _, name := range names {
 		p, err := c.policy(pb.GetPolicies()[name])
 		if err != nil {
-			return nil, fmt.Errorf("rbac: policies[%q].%w", name, err)
+			return nil, fmt.Errorf("policies[%q].%w", name, err)
 		}
 		p.name = name
 		e.policies = append(e.policies, p)
 	}
 	a, err := compileAudit(pb.GetAuditLoggingOptions())
 	if err != nil {
-		return nil, fmt.Errorf("rbac: audit_logging_options.%w", err)
+		return nil, fmt.Errorf("audit_logging_options.%w", err)
 	}
 	e.audit = a
 	return e, nil

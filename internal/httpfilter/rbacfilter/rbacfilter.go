@@ -106,35 +106,17 @@ func parse(m *rbacpb.RBAC) (*Config, error) {
 		var err error
 		if r := m.GetRules(); r != nil {
 			if c.Rules, err = rbac.Compile(r); err != nil {
-				return nil, fmt.Errorf("rules.%w", trimPrefix(err))
+				return nil, fmt.Errorf("rules.%w", errors.Unwrap(err))
 			}
 		}
 		if r := m.GetShadowRules(); r != nil {
 			if c.Shadow, err = rbac.Compile(r); err != nil {
-				return nil, fmt.Errorf("shadow_rules.%w", trimPrefix(err))
+				return nil, fmt.Errorf("shadow_rules.%w", errors.Unwrap(err))
 			}
 		}
 		return c, nil
 	})
 }
-
-// trimPrefix drops the "rbac: " prefix of a compile error, so that the
-// field path reads on.
-func trimPrefix(err error) error {
-	const p = "rbac: "
-	if s := err.Error(); len(s) > len(p) && s[:len(p)] == p {
-		return prefixless{s[len(p):], err}
-	}
-	return err
-}
-
-type prefixless struct {
-	msg string
-	err error
-}
-
-func (e prefixless) Error() string { return e.msg }
-func (e prefixless) Unwrap() error { return e.err }
 
 // BuildStep implements httpfilter.Filter: the override, when there is one,
 // replaces the top-level config.
