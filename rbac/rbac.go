@@ -35,6 +35,7 @@ import (
 	"github.com/proxyless-grpc/xds/audit"
 	"github.com/proxyless-grpc/xds/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/auditlog"
+	"github.com/proxyless-grpc/xds/internal/fieldpath"
 	"github.com/proxyless-grpc/xds/internal/matcher"
 )
 
@@ -132,7 +133,7 @@ func compile(pb *rbacpb.RBAC) (*Engine, error) {
 	case rbacpb.RBAC_LOG:
 		e.action = ActionLog
 	default:
-		return nil, fmt.Errorf("action: unknown value %d, want ALLOW, DENY or LOG", int32(pb.GetAction()))
+		return nil, fieldpath.Errorf("action", "unknown value %d, want ALLOW, DENY or LOG", int32(pb.GetAction()))
 	}
 	c := &compiler{m: &matcher.Compiler{}}
 	names := make([]string, 0, len(pb.GetPolicies()))
@@ -143,14 +144,14 @@ func compile(pb *rbacpb.RBAC) (*Engine, error) {
 	for _, name := range names {
 		p, err := c.policy(pb.GetPolicies()[name])
 		if err != nil {
-			return nil, fmt.Errorf("policies[%q].%w", name, err)
+			return nil, fieldpath.In(fmt.Sprintf("policies[%q]", name), err)
 		}
 		p.name = name
 		e.policies = append(e.policies, p)
 	}
 	a, err := compileAudit(pb.GetAuditLoggingOptions())
 	if err != nil {
-		return nil, fmt.Errorf("audit_logging_options.%w", err)
+		return nil, fieldpath.In("audit_logging_options", err)
 	}
 	e.audit = a
 	return e, nil

@@ -2,8 +2,9 @@
 // error in a field of a resource: an Error names the field by its path
 // relative to the message being validated ("policies[\"p\"].permissions[0].any"),
 // and each level the error travels up puts its own field in front (In), so
-// that the NACK names the field from the resource down. It is pure: the
-// standard library only.
+// that the NACK names the field from the resource down. filterchain, rbac
+// (and the RBAC filter), the matchers and the route compiler report with
+// it. It is pure: the standard library only.
 package fieldpath
 
 import (

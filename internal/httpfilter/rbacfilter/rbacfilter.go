@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/proxyless-grpc/xds/internal/fieldpath"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/rbac"
 )
@@ -81,7 +82,7 @@ func (Filter) ParseOverride(raw httpfilter.RawConfig) (httpfilter.Config, error)
 	}
 	c, err := parse(m.GetRbac())
 	if err != nil {
-		return nil, fmt.Errorf("rbac.%w", err)
+		return nil, fieldpath.In("rbac", err)
 	}
 	return c, nil
 }
@@ -92,10 +93,10 @@ func parse(m *rbacpb.RBAC) (*Config, error) {
 	// gRFC A41 supports only rules; the matcher API would be silently
 	// ignored by a reader of rules, which fails open: reject it.
 	if m.GetMatcher() != nil {
-		return nil, errors.New("matcher: the matcher API is not supported, use rules")
+		return nil, fieldpath.Errorf("matcher", "the matcher API is not supported, use rules")
 	}
 	if m.GetShadowMatcher() != nil {
-		return nil, errors.New("shadow_matcher: the matcher API is not supported, use shadow_rules")
+		return nil, fieldpath.Errorf("shadow_matcher", "the matcher API is not supported, use shadow_rules")
 	}
 	key, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {
@@ -106,12 +107,12 @@ func parse(m *rbacpb.RBAC) (*Config, error) {
 		var err error
 		if r := m.GetRules(); r != nil {
 			if c.Rules, err = rbac.Compile(r); err != nil {
-				return nil, fmt.Errorf("rules.%w", errors.Unwrap(err))
+				return nil, fieldpath.In("rules", errors.Unwrap(err))
 			}
 		}
 		if r := m.GetShadowRules(); r != nil {
 			if c.Shadow, err = rbac.Compile(r); err != nil {
-				return nil, fmt.Errorf("shadow_rules.%w", errors.Unwrap(err))
+				return nil, fieldpath.In("shadow_rules", errors.Unwrap(err))
 			}
 		}
 		return c, nil
