@@ -22,8 +22,14 @@
 // runs on the RPC's own goroutine before the user's interceptors.
 //
 // Every type here is this package's own: a filter is written against this
-// package alone, and the server adapts it to its framework. The package
-// does not import gRPC; a step returns gRPC status errors
+// package alone, and the server's framework uses these same types for its
+// built-in filters (and adapts registration). The package is deliberately
+// a complete, small API rather than a registration hook over internal
+// types: per-connection state and deferred work are what a filter such as
+// ext_authz (an asynchronous check per RPC, gRFC A92) needs, and nothing
+// else is exported. The server's configuration-path extras (filter state
+// kept across updates, metrics and status-page counts) stay internal. The
+// package does not import gRPC; a step returns gRPC status errors
 // (google.golang.org/grpc/status) to choose the status of a refused RPC.
 //
 // # Experimental
