@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
+	"github.com/proxyless-grpc/xds/internal/httpfilter/builtin"
 	"github.com/proxyless-grpc/xds/internal/server/rpcpath"
 	"github.com/proxyless-grpc/xds/internal/server/status"
 	"github.com/proxyless-grpc/xds/internal/xdsclient"
@@ -40,7 +41,7 @@ type listenerView struct {
 	Resource    resourceView
 	Chains      []chainView
 	Drains      []drainView
-	RBAC        []rpcpath.RBACCount
+	Counted     []countTable
 	NoneApplied bool
 	// TLSNotApplied is set when some chain asks for TLS that the server's
 	// credentials (described) do not give.
@@ -80,6 +81,14 @@ type routesView struct {
 
 type filterView struct {
 	Name, Type, Note string
+}
+
+// countTable is the counts of one kind of filter (httpfilter.Outcomes with
+// a Title): a row per filter instance, a column per outcome.
+type countTable struct {
+	Title, None string
+	Columns     [2]string
+	Rows        []rpcpath.FilterCount
 }
 
 type drainView struct {
@@ -137,9 +146,9 @@ func buildListener(st *status.Server, l status.Listener) listenerView {
 	} else {
 		v.NoneApplied = true
 	}
-	rbac := make(map[string]rpcpath.RBACCount)
-	for _, c := range l.RBAC {
-		rbac[c.Filter] = c
+	counted := make(map[string]rpcpath.FilterCount)
+	for _, c := range l.Counted {
+		counted[c.Filter] = c
 	}
 	for i, c := range l.Chains {
 		var src *listenerpb.FilterChain
@@ -149,7 +158,7 @@ func buildListener(st *status.Server, l status.Listener) listenerView {
 		case i < len(lis.GetFilterChains()):
 			src = lis.GetFilterChains()[i]
 		}
-		cv := buildChain(st, c, src, rbac)
+		cv := buildChain(st, c, src, counted)
 		if c.Chain.Security != nil && l.NonXDSCreds != "" {
 			cv.NoTLS = true
 			cv.Security = "NOT APPLIED: " + cv.Security + " asked for, served with the server's credentials"
@@ -171,11 +180,48 @@ func buildListener(st *status.Server, l status.Listener) listenerView {
 		v.Drains = append(v.Drains, drainView{Chain: chainName(c.Chain.Name), Conns: c.Conns.Draining + c.Conns.Live,
 			Why: why, Deadline: deadline(st.Time, c.Conns.DrainDeadline)})
 	}
-	v.RBAC = l.RBAC
+	v.Counted = countTables(l.Counted)
 	return v
 }
 
-func buildChain(st *status.Server, c status.Chain, src *listenerpb.FilterChain, rbac map[string]rpcpath.RBACCount) chainView {
+// countTables lays out counts as one table per kind of counting filter:
+// every kind the server's registry knows, counted or not yet, then any
+// other kind that counted, by Title.
+func countTables(counts []rpcpath.FilterCount) []countTable {
+	var kinds []*httpfilter.Outcomes
+	for _, f := range builtin.Registry.Filters() {
+		if cf, ok := f.(httpfilter.CountingFilter); ok && cf.Outcomes().Title != "" && !slices.Contains(kinds, cf.Outcomes()) {
+			kinds = append(kinds, cf.Outcomes())
+		}
+	}
+	for _, c := range counts {
+		if !slices.Contains(kinds, c.Outcomes) {
+			kinds = append(kinds, c.Outcomes)
+		}
+	}
+	slices.SortFunc(kinds, func(a, b *httpfilter.Outcomes) int { return strings.Compare(a.Title, b.Title) })
+	out := make([]countTable, 0, len(kinds))
+	for _, k := range kinds {
+		t := countTable{Title: k.Title, None: k.None, Columns: [2]string{capitalize(k.Values[0]), capitalize(k.Values[1])}}
+		for _, c := range counts {
+			if c.Outcomes == k {
+				t.Rows = append(t.Rows, c)
+			}
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// capitalize returns s with its first letter in upper case.
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+func buildChain(st *status.Server, c status.Chain, src *listenerpb.FilterChain, counted map[string]rpcpath.FilterCount) chainView {
 	fc := c.Chain
 	v := chainView{Name: chainName(fc.Name), Default: fc.IsDefault, Live: c.Conns.Live, Draining: c.Conns.Draining}
 	if src != nil {
@@ -218,8 +264,9 @@ func buildChain(st *status.Server, c status.Chain, src *listenerpb.FilterChain, 
 		if in.DisabledByDefault {
 			f.Note = "disabled unless a route enables it"
 		}
-		if n, ok := rbac[in.Name]; ok {
-			f.Note = strings.TrimPrefix(f.Note+fmt.Sprintf("; %d allowed, %d denied", n.Allowed, n.Denied), "; ")
+		if n, ok := counted[in.Name]; ok {
+			vs := n.Outcomes.Values
+			f.Note = strings.TrimPrefix(f.Note+fmt.Sprintf("; %d %s, %d %s", n.Counts[0], vs[0], n.Counts[1], vs[1]), "; ")
 		}
 		v.Filters = append(v.Filters, f)
 	}
@@ -356,11 +403,12 @@ ul { margin: 0; padding-left: 1.2em; }
 <tr><th>Filter chain</th><th>Connections</th><th>Why</th><th>Closed by</th></tr>
 {{range .Drains}}<tr><td>{{.Chain}}</td><td>{{.Conns}}</td><td>{{.Why}}</td><td>{{.Deadline}}</td></tr>
 {{end}}</table>{{else}}<p class="muted">None.</p>{{end}}
-<h3>RBAC decisions</h3>
-{{if .RBAC}}<table>
-<tr><th>HTTP filter</th><th>Allowed</th><th>Denied</th></tr>
-{{range .RBAC}}<tr><td><code>{{.Filter}}</code></td><td>{{.Allowed}}</td><td>{{.Denied}}</td></tr>
-{{end}}</table>{{else}}<p class="muted">No RBAC filter has decided an RPC.</p>{{end}}
+{{range .Counted}}<h3>{{.Title}}</h3>
+{{if .Rows}}<table>
+<tr><th>HTTP filter</th><th>{{index .Columns 0}}</th><th>{{index .Columns 1}}</th></tr>
+{{range .Rows}}<tr><td><code>{{.Filter}}</code></td><td>{{index .Counts 0}}</td><td>{{index .Counts 1}}</td></tr>
+{{end}}</table>{{else}}<p class="muted">{{.None}}</p>{{end}}
+{{end}}
 {{else}}
 <h2>Listeners</h2>
 <p class="muted">No listener has been passed to Serve.</p>

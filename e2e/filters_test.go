@@ -34,7 +34,7 @@ func (requireHeader) OverrideTypeURLs() []string { return nil }
 func (requireHeader) IsTerminal() bool           { return false }
 
 func (requireHeader) ParseConfig(raw httpfilter.RawConfig) (httpfilter.Config, error) {
-	h := raw.Struct.GetFields()["header"].GetStringValue()
+	h := raw.Struct().GetFields()["header"].GetStringValue()
 	if h == "" {
 		return nil, errors.New("header: empty")
 	}

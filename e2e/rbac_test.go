@@ -25,6 +25,7 @@ import (
 
 	"github.com/proxyless-grpc/xds"
 	"github.com/proxyless-grpc/xds/audit"
+	"github.com/proxyless-grpc/xds/internal/httpfilter/rbacfilter"
 	"github.com/proxyless-grpc/xds/internal/metrics"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
@@ -430,12 +431,12 @@ func TestRBAC_DecisionMetrics(t *testing.T) {
 		c.emptyCall(metadata.AppendToOutgoingContext(ctx, "x-user", user))
 	}
 	lis := attribute.String(metrics.AttrListener, addr.String())
-	for decision, want := range map[string]int64{metrics.DecisionAllowed: 2, metrics.DecisionDenied: 3} {
-		got, _ := mr.Value(t, metrics.RBACDecisions, lis,
-			attribute.String(metrics.AttrRBACFilter, rbacFilterName),
-			attribute.String(metrics.AttrRBACDecision, decision))
+	for decision, want := range map[string]int64{rbacfilter.DecisionAllowed: 2, rbacfilter.DecisionDenied: 3} {
+		got, _ := mr.Value(t, rbacfilter.DecisionsMetric, lis,
+			attribute.String(rbacfilter.AttrFilter, rbacFilterName),
+			attribute.String(rbacfilter.AttrDecision, decision))
 		if got != want {
-			t.Errorf("%s{decision=%s} = %d, want %d", metrics.RBACDecisions, decision, got, want)
+			t.Errorf("%s{decision=%s} = %d, want %d", rbacfilter.DecisionsMetric, decision, got, want)
 		}
 	}
 }

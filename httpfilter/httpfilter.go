@@ -1,17 +1,36 @@
-// Package httpfilter lets programs add their own server-side xDS HTTP
-// filters (gRFC A39) to the ones this module supports (the router, RBAC, local
-// rate limit and fault injection).
+// Package httpfilter is the API for writing server-side xDS HTTP filters
+// (gRFC A39) of your own and adding them to the ones this module runs (the
+// router, RBAC, local rate limit and fault injection).
 //
-// A filter is registered by the type URLs of its top-level config (the
-// typed_config of an HttpConnectionManager's http_filters entry) and of its
-// per-route override (typed_per_filter_config of virtual hosts, routes and
-// weighted clusters). When a Listener or RouteConfiguration arrives, the
+// A filter is registered (Register) by the type URLs of its top-level
+// config (the typed_config of an HttpConnectionManager's http_filters
+// entry) and of its per-route override (typed_per_filter_config of virtual
+// hosts and routes). When a Listener or RouteConfiguration arrives, the
 // server asks the filter to parse and validate those configs (an error
 // NACKs the resource); when it applies a configuration, it asks the filter
 // for a Step per (filter instance, route), built from the instance's config
-// merged with the route's most specific override; for each RPC it runs the
-// matched route's steps in http_filters order, before any interceptor and
-// before the method is looked up.
+// and the route's most specific override; for each RPC it runs the matched
+// route's steps in http_filters order, in gRPC's tap handle: before any
+// interceptor and before the method is looked up.
+//
+// A step sees the RPC as an RPC value: the request (Request: method,
+// authority, headers, addresses, peer certificates; the same view package
+// rbac evaluates) and, for filters that ask for it (Needs), state shared by
+// the RPCs of one connection (ConnState). A step must not block; work that
+// may block or needs the RPC's stream (a delay, an asynchronous check, a
+// trailer on a refused RPC) is left for after the tap with WithAfter, and
+// runs on the RPC's own goroutine before the user's interceptors.
+//
+// Every type here is this package's own: a filter is written against this
+// package alone, and the server's framework uses these same types for its
+// built-in filters (and adapts registration). The package is deliberately
+// a complete, small API rather than a registration hook over internal
+// types: per-connection state and deferred work are what a filter such as
+// ext_authz (an asynchronous check per RPC, gRFC A92) needs, and nothing
+// else is exported. The server's configuration-path extras (filter state
+// kept across updates, metrics and status-page counts) stay internal. The
+// package does not import gRPC; a step returns gRPC status errors
+// (google.golang.org/grpc/status) to choose the status of a refused RPC.
 //
 // # Experimental
 //
@@ -22,46 +41,89 @@ package httpfilter
 import (
 	"fmt"
 
-	internal "github.com/proxyless-grpc/xds/internal/httpfilter"
-	"github.com/proxyless-grpc/xds/internal/httpfilter/builtin"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/proxyless-grpc/xds/internal/httpfilter/handoff"
+	"github.com/proxyless-grpc/xds/internal/typedconfig"
 )
 
-// Filter is a server-side HTTP filter implementation. Its methods are
-// called on the server's configuration path, never per RPC, and must be
-// safe for concurrent use. IsTerminal must return false: the router is the
-// only terminal filter.
-type Filter = internal.Filter
-
-// RawConfig is a filter config as found in a resource, with the
-// FilterConfig and TypedStruct wrappers looked through; UnmarshalTo decodes
-// it.
-type RawConfig = internal.RawConfig
+// routerTypeURL is the config type of the router, the one terminal filter.
+const routerTypeURL = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
 
 // Config is a parsed filter config, immutable, of the filter's own type.
-type Config = internal.Config
+type Config any
 
-// Step is the per-RPC work of one filter instance on one route.
-type Step = internal.Step
+// RawConfig is a filter config as found in a resource, with the
+// FilterConfig and TypedStruct wrappers looked through. The zero value
+// holds no config.
+type RawConfig struct {
+	c typedconfig.Config
+}
 
-// RPC is what a Step sees of an RPC.
-type RPC = internal.RPC
+// TypeURL returns the config's type URL (of the message inside a
+// TypedStruct, for one).
+func (c RawConfig) TypeURL() string { return c.c.TypeURL }
 
-// Headers is the request metadata of an RPC.
-type Headers = internal.Headers
+// Struct returns the value of a config carried in a TypedStruct (whose type
+// need not be a registered message), or nil for a config in a plain Any.
+func (c RawConfig) Struct() *structpb.Struct { return c.c.Struct }
+
+// UnmarshalTo decodes the config into m, which must be of its type; a
+// TypedStruct is decoded through its JSON form, as Envoy does.
+func (c RawConfig) UnmarshalTo(m proto.Message) error { return c.c.UnmarshalTo(m) }
+
+// Filter is a server-side HTTP filter. Its methods are called on the
+// server's configuration path, never per RPC, and must be safe for
+// concurrent use.
+type Filter interface {
+	// ConfigTypeURLs lists the type URLs of the top-level configs the
+	// filter parses.
+	ConfigTypeURLs() []string
+	// OverrideTypeURLs lists the type URLs of the per-route override
+	// configs it parses; nil when it takes no overrides.
+	OverrideTypeURLs() []string
+	// ParseConfig validates a top-level config; an error NACKs the
+	// resource that carries it, and its text is part of the NACK.
+	ParseConfig(RawConfig) (Config, error)
+	// ParseOverride validates an override config, as ParseConfig.
+	ParseOverride(RawConfig) (Config, error)
+	// BuildStep returns the step of the filter instance named instance
+	// on one route, from the instance's config and the route's most
+	// specific override (nil when it has none), both from this filter's
+	// Parse methods: configs are merged when a configuration is applied,
+	// never per RPC (gRFC A39). A nil Step means the instance has nothing
+	// to do on that route. An error fails the route's RPCs with
+	// UNAVAILABLE (validation belongs in the Parse methods). Identical
+	// inputs may share one Step.
+	BuildStep(instance string, config, override Config) (Step, error)
+}
+
+// Needs is what a filter's steps need from the server besides the tap
+// handle. A filter that needs something implements
+//
+//	Needs() Needs
+//
+// and the server reads it when it builds the gRPC servers of a filter
+// chain, so chains whose filters need nothing pay nothing for it.
+type Needs struct {
+	// After: the steps may leave work for after the tap (WithAfter);
+	// without it, that work never runs.
+	After bool
+	// ConnState: the steps read RPC.Conn, which is nil without it.
+	ConnState bool
+}
 
 // Register makes f available to every xDS server of the process, under each
-// of its config and override type URLs, replacing a filter registered
-// before for the same type. Call it at initialization, before servers
-// receive configuration. It panics if f is terminal or claims the router's
-// config type.
+// of its config and override type URLs, taking over a type registered
+// before, built-in or not. Call it at initialization, before servers
+// receive configuration. It panics if f claims the router's config type:
+// the router is the one terminal filter.
 func Register(f Filter) {
-	if f.IsTerminal() {
-		panic(fmt.Sprintf("httpfilter: Register(%T): terminal filters cannot be registered; the router is the only one", f))
-	}
 	for _, u := range append(f.ConfigTypeURLs(), f.OverrideTypeURLs()...) {
-		if u == internal.RouterTypeURL {
+		if u == routerTypeURL {
 			panic(fmt.Sprintf("httpfilter: Register(%T): the router's type %q cannot be taken over", f, u))
 		}
 	}
-	builtin.Registry.Register(f)
+	handoff.Add(adapter{f})
 }

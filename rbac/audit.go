@@ -12,6 +12,7 @@ import (
 
 	"github.com/proxyless-grpc/xds/audit"
 	"github.com/proxyless-grpc/xds/internal/auditlog"
+	"github.com/proxyless-grpc/xds/internal/fieldpath"
 	"github.com/proxyless-grpc/xds/internal/typedconfig"
 )
 
@@ -51,12 +52,12 @@ func compileAudit(o *rbacpb.RBAC_AuditLoggingOptions) (auditOptions, error) {
 	case rbacpb.RBAC_AuditLoggingOptions_ON_DENY_AND_ALLOW:
 		a.onDeny, a.onAllow = true, true
 	default:
-		return a, fmt.Errorf("audit_condition: unknown value %d, want NONE, ON_DENY, ON_ALLOW or ON_DENY_AND_ALLOW", int32(o.GetAuditCondition()))
+		return a, fieldpath.Errorf("audit_condition", "unknown value %d, want NONE, ON_DENY, ON_ALLOW or ON_DENY_AND_ALLOW", int32(o.GetAuditCondition()))
 	}
 	for i, lc := range o.GetLoggerConfigs() {
 		l, err := buildLogger(lc)
 		if err != nil {
-			return a, fmt.Errorf("logger_configs[%d].%w", i, err)
+			return a, fieldpath.In(fmt.Sprintf("logger_configs[%d]", i), err)
 		}
 		if l != nil {
 			a.loggers = append(a.loggers, l)
@@ -74,11 +75,11 @@ func compileAudit(o *rbacpb.RBAC_AuditLoggingOptions) (auditOptions, error) {
 func buildLogger(lc *rbacpb.RBAC_AuditLoggingOptions_AuditLoggerConfig) (audit.Logger, error) {
 	tc := lc.GetAuditLogger()
 	if tc == nil {
-		return nil, errors.New("audit_logger: unset, want a TypedExtensionConfig")
+		return nil, fieldpath.Errorf("audit_logger", "unset, want a TypedExtensionConfig")
 	}
 	name, js, err := loggerConfig(tc.GetTypedConfig())
 	if err != nil {
-		return nil, fmt.Errorf("audit_logger.typed_config: %w", err)
+		return nil, fieldpath.Errorf("audit_logger.typed_config", "%w", err)
 	}
 	if name == stdoutAuditLogType {
 		return auditlog.NewStream(os.Stdout), nil
@@ -88,11 +89,11 @@ func buildLogger(lc *rbacpb.RBAC_AuditLoggingOptions_AuditLoggerConfig) (audit.L
 		if lc.GetIsOptional() {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("audit_logger.typed_config: unsupported audit logger type %q (register it with google.golang.org/grpc/authz/audit.RegisterLoggerBuilder, or mark the logger config is_optional)", name)
+		return nil, fieldpath.Errorf("audit_logger.typed_config", "unsupported audit logger type %q (register it with google.golang.org/grpc/authz/audit.RegisterLoggerBuilder, or mark the logger config is_optional)", name)
 	}
 	cfg, err := b.ParseLoggerConfig(js)
 	if err != nil {
-		return nil, fmt.Errorf("audit_logger.typed_config: invalid %q config: %w", name, err)
+		return nil, fieldpath.Errorf("audit_logger.typed_config", "invalid %q config: %w", name, err)
 	}
 	return b.Build(cfg), nil
 }

@@ -2,7 +2,6 @@ package rbac
 
 import (
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -11,6 +10,7 @@ import (
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	matcherpb "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 
+	"github.com/proxyless-grpc/xds/internal/fieldpath"
 	"github.com/proxyless-grpc/xds/internal/matcher"
 )
 
@@ -74,29 +74,29 @@ func (c *compiler) policy(p *rbacpb.Policy) (policy, error) {
 	// gRFC A41: "CEL fields are not supported, so Policy.condition and
 	// Policy.checked_condition must cause a validation failure if present."
 	if p.GetCondition() != nil {
-		return policy{}, errors.New("condition: CEL conditions are not supported")
+		return policy{}, fieldpath.Errorf("condition", "CEL conditions are not supported")
 	}
 	if p.GetCheckedCondition() != nil {
-		return policy{}, errors.New("checked_condition: CEL conditions are not supported")
+		return policy{}, fieldpath.Errorf("checked_condition", "CEL conditions are not supported")
 	}
 	if len(p.GetPermissions()) == 0 {
-		return policy{}, errors.New("permissions: empty, want at least one")
+		return policy{}, fieldpath.Errorf("permissions", "empty, want at least one")
 	}
 	if len(p.GetPrincipals()) == 0 {
-		return policy{}, errors.New("principals: empty, want at least one")
+		return policy{}, fieldpath.Errorf("principals", "empty, want at least one")
 	}
 	var out policy
 	for i, pm := range p.GetPermissions() {
 		n, err := c.permission(pm)
 		if err != nil {
-			return policy{}, fmt.Errorf("permissions[%d].%w", i, err)
+			return policy{}, fieldpath.In(fmt.Sprintf("permissions[%d]", i), err)
 		}
 		out.permissions = append(out.permissions, n)
 	}
 	for i, pr := range p.GetPrincipals() {
 		n, err := c.principal(pr)
 		if err != nil {
-			return policy{}, fmt.Errorf("principals[%d].%w", i, err)
+			return policy{}, fieldpath.In(fmt.Sprintf("principals[%d]", i), err)
 		}
 		out.principals = append(out.principals, n)
 	}
@@ -111,7 +111,7 @@ func (c *compiler) permission(p *rbacpb.Permission) (node, error) {
 		return c.permissionSet(kindOr, "or_rules", r.OrRules.GetRules())
 	case *rbacpb.Permission_Any:
 		if !r.Any {
-			return node{}, errors.New("any: false, want true")
+			return node{}, fieldpath.Errorf("any", "false, want true")
 		}
 		return node{kind: kindConst, value: true}, nil
 	case *rbacpb.Permission_Header:
@@ -121,18 +121,18 @@ func (c *compiler) permission(p *rbacpb.Permission) (node, error) {
 	case *rbacpb.Permission_DestinationIp:
 		m, err := matcher.NewCIDRMatcher(r.DestinationIp)
 		if err != nil {
-			return node{}, fmt.Errorf("destination_ip.%w", err)
+			return node{}, fieldpath.In("destination_ip", err)
 		}
 		return node{kind: kindDstIP, cidr: m}, nil
 	case *rbacpb.Permission_DestinationPort:
 		if r.DestinationPort > 65535 {
-			return node{}, fmt.Errorf("destination_port: %d, want at most 65535", r.DestinationPort)
+			return node{}, fieldpath.Errorf("destination_port", "%d, want at most 65535", r.DestinationPort)
 		}
 		return node{kind: kindDstPort, lo: int64(r.DestinationPort)}, nil
 	case *rbacpb.Permission_DestinationPortRange:
 		rg := r.DestinationPortRange
 		if rg.GetStart() > rg.GetEnd() {
-			return node{}, fmt.Errorf("destination_port_range: start %d is greater than end %d", rg.GetStart(), rg.GetEnd())
+			return node{}, fieldpath.Errorf("destination_port_range", "start %d is greater than end %d", rg.GetStart(), rg.GetEnd())
 		}
 		return node{kind: kindPortRange, lo: int64(rg.GetStart()), hi: int64(rg.GetEnd())}, nil
 	case *rbacpb.Permission_Metadata:
@@ -142,7 +142,7 @@ func (c *compiler) permission(p *rbacpb.Permission) (node, error) {
 	case *rbacpb.Permission_NotRule:
 		n, err := c.permission(r.NotRule)
 		if err != nil {
-			return node{}, fmt.Errorf("not_rule.%w", err)
+			return node{}, fieldpath.In("not_rule", err)
 		}
 		return node{kind: kindNot, children: []node{n}}, nil
 	case *rbacpb.Permission_RequestedServerName:
@@ -150,29 +150,29 @@ func (c *compiler) permission(p *rbacpb.Permission) (node, error) {
 		// can match if the matcher accepts empty string".
 		m, err := c.stringMatcher(r.RequestedServerName)
 		if err != nil {
-			return node{}, fmt.Errorf("requested_server_name.%w", err)
+			return node{}, fieldpath.In("requested_server_name", err)
 		}
 		return node{kind: kindConst, value: m.Match("")}, nil
 	case *rbacpb.Permission_Matcher:
-		return node{}, errors.New("matcher: extension matchers are not supported")
+		return node{}, fieldpath.Errorf("matcher", "extension matchers are not supported")
 	case *rbacpb.Permission_UriTemplate:
-		return node{}, errors.New("uri_template: is not supported")
+		return node{}, fieldpath.Errorf("uri_template", "is not supported")
 	case nil:
-		return node{}, errors.New("rule: unset, want a permission")
+		return node{}, fieldpath.Errorf("rule", "unset, want a permission")
 	default:
-		return node{}, fmt.Errorf("rule: unsupported %T", r)
+		return node{}, fieldpath.Errorf("rule", "unsupported %T", r)
 	}
 }
 
 func (c *compiler) permissionSet(kind nodeKind, field string, rules []*rbacpb.Permission) (node, error) {
 	if len(rules) == 0 {
-		return node{}, fmt.Errorf("%s.rules: empty, want at least one", field)
+		return node{}, fieldpath.Errorf(fmt.Sprintf("%s.rules", field), "empty, want at least one")
 	}
 	n := node{kind: kind, children: make([]node, 0, len(rules))}
 	for i, r := range rules {
 		ch, err := c.permission(r)
 		if err != nil {
-			return node{}, fmt.Errorf("%s.rules[%d].%w", field, i, err)
+			return node{}, fieldpath.In(fmt.Sprintf("%s.rules[%d]", field, i), err)
 		}
 		n.children = append(n.children, ch)
 	}
@@ -187,7 +187,7 @@ func (c *compiler) principal(p *rbacpb.Principal) (node, error) {
 		return c.principalSet(kindOr, "or_ids", id.OrIds.GetIds())
 	case *rbacpb.Principal_Any:
 		if !id.Any {
-			return node{}, errors.New("any: false, want true")
+			return node{}, fieldpath.Errorf("any", "false, want true")
 		}
 		return node{kind: kindConst, value: true}, nil
 	case *rbacpb.Principal_Authenticated_:
@@ -195,7 +195,7 @@ func (c *compiler) principal(p *rbacpb.Principal) (node, error) {
 		if pn := id.Authenticated.GetPrincipalName(); pn != nil {
 			m, err := c.stringMatcher(pn)
 			if err != nil {
-				return node{}, fmt.Errorf("authenticated.principal_name.%w", err)
+				return node{}, fieldpath.In("authenticated.principal_name", err)
 			}
 			n.str, n.hasStr = m, true
 		}
@@ -223,27 +223,27 @@ func (c *compiler) principal(p *rbacpb.Principal) (node, error) {
 	case *rbacpb.Principal_NotId:
 		n, err := c.principal(id.NotId)
 		if err != nil {
-			return node{}, fmt.Errorf("not_id.%w", err)
+			return node{}, fieldpath.In("not_id", err)
 		}
 		return node{kind: kindNot, children: []node{n}}, nil
 	case *rbacpb.Principal_Custom:
-		return node{}, errors.New("custom: extension principals are not supported")
+		return node{}, fieldpath.Errorf("custom", "extension principals are not supported")
 	case nil:
-		return node{}, errors.New("identifier: unset, want a principal")
+		return node{}, fieldpath.Errorf("identifier", "unset, want a principal")
 	default:
-		return node{}, fmt.Errorf("identifier: unsupported %T", id)
+		return node{}, fieldpath.Errorf("identifier", "unsupported %T", id)
 	}
 }
 
 func (c *compiler) principalSet(kind nodeKind, field string, ids []*rbacpb.Principal) (node, error) {
 	if len(ids) == 0 {
-		return node{}, fmt.Errorf("%s.ids: empty, want at least one", field)
+		return node{}, fieldpath.Errorf(fmt.Sprintf("%s.ids", field), "empty, want at least one")
 	}
 	n := node{kind: kind, children: make([]node, 0, len(ids))}
 	for i, id := range ids {
 		ch, err := c.principal(id)
 		if err != nil {
-			return node{}, fmt.Errorf("%s.ids[%d].%w", field, i, err)
+			return node{}, fieldpath.In(fmt.Sprintf("%s.ids[%d]", field, i), err)
 		}
 		n.children = append(n.children, ch)
 	}
@@ -261,7 +261,7 @@ func metadata(m *matcherpb.MetadataMatcher) node {
 func remoteIP(field string, r *corepb.CidrRange) (node, error) {
 	m, err := matcher.NewCIDRMatcher(r)
 	if err != nil {
-		return node{}, fmt.Errorf("%s.%w", field, err)
+		return node{}, fieldpath.In(field, err)
 	}
 	return node{kind: kindRemoteIP, cidr: m}, nil
 }
@@ -273,11 +273,11 @@ func (c *compiler) stringMatcher(m *matcherpb.StringMatcher) (matcher.StringMatc
 func (c *compiler) urlPath(p *matcherpb.PathMatcher) (node, error) {
 	sm := p.GetPath()
 	if sm == nil {
-		return node{}, errors.New("url_path.path: unset, want a StringMatcher")
+		return node{}, fieldpath.Errorf("url_path.path", "unset, want a StringMatcher")
 	}
 	m, err := c.stringMatcher(sm)
 	if err != nil {
-		return node{}, fmt.Errorf("url_path.path.%w", err)
+		return node{}, fieldpath.In("url_path.path", err)
 	}
 	return node{kind: kindPath, str: m}, nil
 }
@@ -291,14 +291,14 @@ func (c *compiler) urlPath(p *matcherpb.PathMatcher) (node, error) {
 func (c *compiler) header(field string, h *routepb.HeaderMatcher) (node, error) {
 	m, err := c.m.HeaderMatcher(h)
 	if err != nil {
-		return node{}, fmt.Errorf("%s.%w", field, err)
+		return node{}, fieldpath.In(field, err)
 	}
 	name := m.Name()
 	if strings.HasPrefix(name, "grpc-") {
-		return node{}, fmt.Errorf("%s.name: %q: matchers on grpc- headers are not allowed", field, h.GetName())
+		return node{}, fieldpath.Errorf(fmt.Sprintf("%s.name", field), "%q: matchers on grpc- headers are not allowed", h.GetName())
 	}
 	if name == ":scheme" {
-		return node{}, fmt.Errorf("%s.name: %q: matchers on :scheme are not allowed", field, h.GetName())
+		return node{}, fieldpath.Errorf(fmt.Sprintf("%s.name", field), "%q: matchers on :scheme are not allowed", h.GetName())
 	}
 	hm := headerMatcher{m: m}
 	switch {

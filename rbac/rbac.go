@@ -25,43 +25,31 @@ package rbac
 
 import (
 	"crypto/x509"
+	"errors"
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 
 	"github.com/proxyless-grpc/xds/audit"
+	"github.com/proxyless-grpc/xds/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/auditlog"
+	"github.com/proxyless-grpc/xds/internal/fieldpath"
 	"github.com/proxyless-grpc/xds/internal/matcher"
 )
 
 // Headers is the request metadata the engine reads: keys are lower-case,
 // Get returns every value of a header in order and nothing when it is absent.
-// gRPC's metadata.MD satisfies it.
-type Headers interface {
-	Get(key string) []string
-}
+// gRPC's metadata.MD satisfies it. It is the Headers of HTTP filters.
+type Headers = httpfilter.Headers
 
-// RequestInfo is what the engine knows of an RPC.
-type RequestInfo struct {
-	// FullMethod is the RPC's method, "/pkg.Service/Method": the :path
-	// header and what url_path matches.
-	FullMethod string
-	// Authority is the :authority header (Host is an alias of it).
-	Authority string
-	// Header is the request metadata; nil means none.
-	Header Headers
-	// Remote is the peer's address (source_ip, direct_remote_ip, remote_ip);
-	// Local is the connection's local address (destination_ip,
-	// destination_port).
-	Remote, Local netip.AddrPort
-	// TLS reports whether the connection uses TLS.
-	TLS bool
-	// PeerCertificates is the peer's certificate chain, leaf first.
-	PeerCertificates []*x509.Certificate
-}
+// RequestInfo is what the engine knows of an RPC: the request view HTTP
+// filters see (httpfilter.Request), so a filter hands its RPC's Request to
+// Evaluate as it is. FullMethod is what url_path matches; Authority is also
+// the Host header; Remote is source_ip, direct_remote_ip and remote_ip;
+// Local is destination_ip and destination_port; a nil Header means none.
+type RequestInfo = httpfilter.Request
 
 // Action is what an Engine does with an RPC that matches one of its
 // policies.
@@ -119,9 +107,22 @@ type policy struct {
 // (Permission.matcher, uri_template, Principal.custom), an unknown action or
 // audit condition, or an unknown audit logger type not marked is_optional
 // is rejected.
+//
+// An error reads "rbac: " and the field path from the RBAC message down;
+// errors.Unwrap returns it without the "rbac: ", for a caller that puts
+// the RBAC message's own path in front.
 func Compile(pb *rbacpb.RBAC) (*Engine, error) {
+	e, err := compile(pb)
+	if err != nil {
+		return nil, fmt.Errorf("rbac: %w", err)
+	}
+	return e, nil
+}
+
+// compile is Compile, its errors without the package prefix.
+func compile(pb *rbacpb.RBAC) (*Engine, error) {
 	if pb == nil {
-		return nil, fmt.Errorf("rbac: config is missing")
+		return nil, errors.New("config is missing")
 	}
 	e := &Engine{}
 	switch pb.GetAction() {
@@ -132,7 +133,7 @@ func Compile(pb *rbacpb.RBAC) (*Engine, error) {
 	case rbacpb.RBAC_LOG:
 		e.action = ActionLog
 	default:
-		return nil, fmt.Errorf("rbac: action: unknown value %d, want ALLOW, DENY or LOG", int32(pb.GetAction()))
+		return nil, fieldpath.Errorf("action", "unknown value %d, want ALLOW, DENY or LOG", int32(pb.GetAction()))
 	}
 	c := &compiler{m: &matcher.Compiler{}}
 	names := make([]string, 0, len(pb.GetPolicies()))
@@ -143,14 +144,14 @@ func Compile(pb *rbacpb.RBAC) (*Engine, error) {
 	for _, name := range names {
 		p, err := c.policy(pb.GetPolicies()[name])
 		if err != nil {
-			return nil, fmt.Errorf("rbac: policies[%q].%w", name, err)
+			return nil, fieldpath.In(fmt.Sprintf("policies[%q]", name), err)
 		}
 		p.name = name
 		e.policies = append(e.policies, p)
 	}
 	a, err := compileAudit(pb.GetAuditLoggingOptions())
 	if err != nil {
-		return nil, fmt.Errorf("rbac: audit_logging_options.%w", err)
+		return nil, fieldpath.In("audit_logging_options", err)
 	}
 	e.audit = a
 	return e, nil

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/proxyless-grpc/xds/internal/fieldpath"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/routing"
 	"github.com/proxyless-grpc/xds/internal/typedconfig"
@@ -28,35 +28,14 @@ const (
 	tlsTransportSocket    = "envoy.transport_sockets.tls"
 )
 
-// fieldError is an error in one field, named by its path relative to the
-// message being validated. Callers prefix the path as the error travels up.
-type fieldError struct {
-	field string
-	err   error
-}
+// fieldError is an error in one field (fieldpath.Error): callers prefix
+// the path as the error travels up (inField).
+type fieldError = fieldpath.Error
 
-func (e *fieldError) Error() string { return e.field + ": " + e.err.Error() }
-
-func fieldErrorf(field, format string, args ...any) error {
-	return &fieldError{field: field, err: fmt.Errorf(format, args...)}
-}
-
-// inField puts err, found in the message at path prefix, into a fieldError
-// whose path starts with prefix.
-func inField(prefix string, err error) *fieldError {
-	fe, ok := err.(*fieldError)
-	if !ok {
-		return &fieldError{field: prefix, err: err}
-	}
-	sep := "."
-	if fe.field == "" {
-		return &fieldError{field: prefix, err: fe.err}
-	}
-	if strings.HasPrefix(fe.field, "[") || prefix == "" {
-		sep = ""
-	}
-	return &fieldError{field: prefix + sep + fe.field, err: fe.err}
-}
+var (
+	fieldErrorf = fieldpath.Errorf
+	inField     = fieldpath.In
+)
 
 // chainCompiler validates filter chains of one Listener. It memoizes each
 // distinct config (type URL and serialized bytes) of network filters and
@@ -144,7 +123,7 @@ func (c *chainCompiler) compileChain(ref chainRef, fc *listenerpb.FilterChain) (
 	isDefault := ref.index < 0
 	fail := func(err error) (*FilterChain, chainSpec, chainConfigs, error) {
 		fe := inField("", err)
-		return nil, chainSpec{}, chainConfigs{}, &ValidationError{Chain: ref.String(), Field: fe.field, Err: fe.err}
+		return nil, chainSpec{}, chainConfigs{}, &ValidationError{Chain: ref.String(), Field: fe.Path, Err: fe.Err}
 	}
 	spec := chainSpec{ref: ref}
 	if !isDefault {
@@ -353,7 +332,7 @@ func (c *chainCompiler) transportSocket(ref chainRef, ts *corepb.TransportSocket
 			r.ignored = append(r.ignored, "typed_config."+field+": "+why)
 		}
 		if err := proto.Unmarshal(a.GetValue(), r.d); err != nil {
-			r = &tlsResult{err: &fieldError{field: "typed_config", err: fmt.Errorf("malformed DownstreamTlsContext: %v", err)}}
+			r = &tlsResult{err: &fieldError{Path: "typed_config", Err: fmt.Errorf("malformed DownstreamTlsContext: %v", err)}}
 		} else if r.sec, err = validateDownstreamTLS(r.d, c.instances, ignore); err != nil {
 			r = &tlsResult{err: inField("typed_config", err)}
 		}

@@ -17,8 +17,10 @@ type Fraction struct {
 var FractionAll = Fraction{num: 1, den: 1}
 
 // ParseFraction converts a FractionalPercent (Envoy: a numerator above
-// the denominator means 100%). A nil fp is def. An unknown denominator is
-// an error naming field.
+// the denominator means 100%): the one parser of FractionalPercent in the
+// module (filters, route runtime fractions, the status page). A nil fp is
+// def. An unknown denominator is an error naming field (none when field
+// is empty).
 func ParseFraction(field string, fp *typepb.FractionalPercent, def Fraction) (Fraction, error) {
 	if fp == nil {
 		return def, nil
@@ -32,7 +34,11 @@ func ParseFraction(field string, fp *typepb.FractionalPercent, def Fraction) (Fr
 	case typepb.FractionalPercent_MILLION:
 		den = 1_000_000
 	default:
-		return Fraction{}, fmt.Errorf("%s.denominator: unknown value %d", field, fp.GetDenominator())
+		path := "denominator"
+		if field != "" {
+			path = field + "." + path
+		}
+		return Fraction{}, fmt.Errorf("%s: unknown value %d, want HUNDRED, TEN_THOUSAND or MILLION", path, int32(fp.GetDenominator()))
 	}
 	return Fraction{num: min(uint64(fp.GetNumerator()), den), den: den}, nil
 }

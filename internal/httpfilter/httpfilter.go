@@ -19,16 +19,13 @@ import (
 
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/proxyless-grpc/xds/internal/httpfilter/handoff"
 	"github.com/proxyless-grpc/xds/internal/typedconfig"
 )
 
 // filterConfigURL is the type of the per-route wrapper this package looks
 // through.
 const filterConfigURL = "type.googleapis.com/envoy.config.route.v3.FilterConfig"
-
-// Config is a parsed and validated filter config, top-level or override. It
-// is immutable; its concrete type is the filter's own.
-type Config any
 
 // Filter is one server-side HTTP filter implementation.
 type Filter interface {
@@ -78,6 +75,9 @@ type Registry struct {
 	mu        sync.RWMutex
 	configs   map[string]Filter // by type name (URL without prefix); guarded by mu
 	overrides map[string]Filter // by type name; guarded by mu
+	// users: the filters registered through the public package httpfilter
+	// take over the types of r's own (the server's registry only).
+	users bool
 }
 
 // NewRegistry returns a registry holding the given filters.
@@ -87,6 +87,29 @@ func NewRegistry(filters ...Filter) *Registry {
 		r.Register(f)
 	}
 	return r
+}
+
+// WithRegistered makes r look up the filters users register through the
+// public package httpfilter before its own, and returns r. Call it before
+// r is used.
+func (r *Registry) WithRegistered() *Registry {
+	r.users = true
+	return r
+}
+
+// registered returns the filters users registered, the latest first; nil
+// unless r includes them.
+func (r *Registry) registered() []Filter {
+	if !r.users {
+		return nil
+	}
+	var out []Filter
+	for _, a := range handoff.Filters() {
+		if f, ok := a.(Filter); ok {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // Register adds f under each of its type URLs, replacing any filter
@@ -102,9 +125,40 @@ func (r *Registry) Register(f Filter) {
 	}
 }
 
+// Filters returns the filters r holds, each once, in no particular order.
+func (r *Registry) Filters() []Filter {
+	out := r.registered()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	seen := make(map[Filter]bool)
+	for _, m := range []map[string]Filter{r.configs, r.overrides} {
+		for _, f := range m {
+			if !seen[f] {
+				seen[f] = true
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}
+
 // lookup returns the filter for a top-level config type or, if override is
 // true, for an override config type.
 func (r *Registry) lookup(typeURL string, override bool) Filter {
+	name := typedconfig.Name(typeURL)
+	for _, f := range r.registered() {
+		urls := f.ConfigTypeURLs()
+		if override {
+			// As for r's own: an override type first, then a filter
+			// that may accept its top-level type as an override.
+			urls = append(f.OverrideTypeURLs(), urls...)
+		}
+		for _, u := range urls {
+			if typedconfig.Name(u) == name {
+				return f
+			}
+		}
+	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if override {

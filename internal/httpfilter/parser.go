@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/proxyless-grpc/xds/internal/fieldpath"
 	"github.com/proxyless-grpc/xds/internal/typedconfig"
 )
 
@@ -158,7 +159,9 @@ func (p *Parser) Overrides(m map[string]*anypb.Any) (map[string]Config, error) {
 	for name, a := range m {
 		cfg, ok, err := p.override(a)
 		if err != nil {
-			return nil, fmt.Errorf("typed_per_filter_config[%q]: %w", name, err)
+			// The filter's own path starts at its config, another
+			// message: keep it after the ": ".
+			return nil, &fieldpath.Error{Path: fmt.Sprintf("typed_per_filter_config[%q]", name), Err: err}
 		}
 		if !ok {
 			continue

@@ -4,23 +4,8 @@ import (
 	"reflect"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"weak"
 )
-
-// Needs is what the steps of a filter need from the server besides the tap
-// handle. The server reads it from a filter chain's http_filters when it
-// builds the chain's gRPC servers, so a chain whose filters need nothing
-// pays nothing for it.
-type Needs struct {
-	// After: the filter's steps may leave work for after the tap
-	// (WithAfter); the server then runs it from interceptors it installs
-	// on the chain's connections.
-	After bool
-	// ConnState: the filter's steps read RPC.Conn; the server then gives
-	// every connection of the chain a ConnState of its own.
-	ConnState bool
-}
 
 // NeedsReporter is implemented by filters whose steps need more than the
 // tap handle.
@@ -39,66 +24,6 @@ func NeedsOf(filters []Instance) Needs {
 		}
 	}
 	return n
-}
-
-// maxConnEntries bounds the entries of a ConnState: a connection outliving
-// many configuration changes forgets its oldest entries rather than grow.
-const maxConnEntries = 32
-
-// ConnState is the state the steps of one connection share, such as
-// per-connection token buckets, each under a key of the step's choosing
-// (compared with ==; a pointer to the step's own shared state is a good
-// one). It lives as long as the connection. Safe for concurrent use: Get
-// takes no lock and allocates nothing; only storing a new entry allocates.
-type ConnState struct {
-	// entries is replaced, never modified, when an entry is added.
-	entries atomic.Pointer[[]connEntry]
-}
-
-type connEntry struct {
-	key, val any
-}
-
-// Get returns the value stored under key, or nil.
-func (c *ConnState) Get(key any) any {
-	if p := c.entries.Load(); p != nil {
-		for i := range *p {
-			if (*p)[i].key == key {
-				return (*p)[i].val
-			}
-		}
-	}
-	return nil
-}
-
-// GetOrInit returns the value stored under key, storing init() first if
-// there is none. When two callers race, one value wins and both get it
-// (init may run for both).
-func (c *ConnState) GetOrInit(key any, init func() any) any {
-	if v := c.Get(key); v != nil {
-		return v
-	}
-	v := init()
-	for {
-		old := c.entries.Load()
-		var cur []connEntry
-		if old != nil {
-			cur = *old
-		}
-		for i := range cur {
-			if cur[i].key == key {
-				return cur[i].val
-			}
-		}
-		if len(cur) >= maxConnEntries {
-			cur = cur[len(cur)-maxConnEntries+1:]
-		}
-		next := make([]connEntry, 0, len(cur)+1)
-		next = append(append(next, cur...), connEntry{key: key, val: v})
-		if c.entries.CompareAndSwap(old, &next) {
-			return v
-		}
-	}
 }
 
 // State is where filter state that must survive configuration updates

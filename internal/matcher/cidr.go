@@ -1,11 +1,11 @@
 package matcher
 
 import (
-	"errors"
-	"fmt"
 	"net/netip"
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
+	"github.com/proxyless-grpc/xds/internal/fieldpath"
 )
 
 // CIDRMatcher is a compiled envoy.config.core.v3.CidrRange: a masked
@@ -22,18 +22,18 @@ type CIDRMatcher struct {
 // Errors name the field relative to the CidrRange.
 func NewCIDRMatcher(r *corepb.CidrRange) (CIDRMatcher, error) {
 	if r == nil {
-		return CIDRMatcher{}, errors.New("address_prefix: empty, want an IP address")
+		return CIDRMatcher{}, fieldpath.Errorf("address_prefix", "empty, want an IP address")
 	}
 	s := r.GetAddressPrefix()
 	if s == "" {
-		return CIDRMatcher{}, errors.New("address_prefix: empty, want an IP address")
+		return CIDRMatcher{}, fieldpath.Errorf("address_prefix", "empty, want an IP address")
 	}
 	addr, err := netip.ParseAddr(s)
 	if err != nil {
-		return CIDRMatcher{}, fmt.Errorf("address_prefix: %q is not an IP address", s)
+		return CIDRMatcher{}, fieldpath.Errorf("address_prefix", "%q is not an IP address", s)
 	}
 	if addr.Zone() != "" {
-		return CIDRMatcher{}, fmt.Errorf("address_prefix: %q has a zone, want an address without one", s)
+		return CIDRMatcher{}, fieldpath.Errorf("address_prefix", "%q has a zone, want an address without one", s)
 	}
 	addr = addr.Unmap()
 	bits := addr.BitLen()
@@ -44,7 +44,7 @@ func NewCIDRMatcher(r *corepb.CidrRange) (CIDRMatcher, error) {
 	// range.
 	p, err := addr.Prefix(bits)
 	if err != nil {
-		return CIDRMatcher{}, fmt.Errorf("address_prefix: %q/%d: %w", s, bits, err)
+		return CIDRMatcher{}, fieldpath.Errorf("address_prefix", "%q/%d: %w", s, bits, err)
 	}
 	return CIDRMatcher{prefix: p}, nil
 }

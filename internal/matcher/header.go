@@ -1,20 +1,19 @@
 package matcher
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+
+	"github.com/proxyless-grpc/xds/httpfilter"
+	"github.com/proxyless-grpc/xds/internal/fieldpath"
 )
 
-// Headers is the request metadata a HeaderMatcher reads. Keys are
-// lower-case; Get returns every value of a header, in order, and nothing when
-// it is absent. grpc's metadata.MD satisfies it.
-type Headers interface {
-	Get(key string) []string
-}
+// Headers is the request metadata a HeaderMatcher reads: the one Headers
+// of the module, httpfilter.Headers.
+type Headers = httpfilter.Headers
 
 // headerKind is the kind of a HeaderMatcher.
 type headerKind uint8
@@ -51,10 +50,10 @@ func NewHeaderMatcher(m *routepb.HeaderMatcher) (HeaderMatcher, error) {
 func (c *Compiler) HeaderMatcher(m *routepb.HeaderMatcher) (HeaderMatcher, error) {
 	name := m.GetName()
 	if name == "" {
-		return HeaderMatcher{}, errors.New("name: empty, want a header name")
+		return HeaderMatcher{}, fieldpath.Errorf("name", "empty, want a header name")
 	}
 	if strings.ContainsAny(name, "\x00\r\n") {
-		return HeaderMatcher{}, fmt.Errorf("name: %q contains NUL, CR or LF", name)
+		return HeaderMatcher{}, fieldpath.Errorf("name", "%q contains NUL, CR or LF", name)
 	}
 	hm := HeaderMatcher{
 		name:           lowerASCII(name),
@@ -74,24 +73,24 @@ func (c *Compiler) HeaderMatcher(m *routepb.HeaderMatcher) (HeaderMatcher, error
 	case *routepb.HeaderMatcher_SafeRegexMatch:
 		re, rerr := c.Regex(s.SafeRegexMatch)
 		if rerr != nil {
-			return HeaderMatcher{}, fmt.Errorf("safe_regex_match.%w", rerr)
+			return HeaderMatcher{}, fieldpath.In("safe_regex_match", rerr)
 		}
 		hm.str = StringMatcher{kind: kindRegex, re: re}
 	case *routepb.HeaderMatcher_StringMatch:
 		hm.str, err = c.StringMatcher(s.StringMatch)
 		if err != nil {
-			err = fmt.Errorf("string_match.%w", err)
+			err = fieldpath.In("string_match", err)
 		}
 	case *routepb.HeaderMatcher_RangeMatch:
 		hm.kind = headerRange
 		hm.start, hm.end = s.RangeMatch.GetStart(), s.RangeMatch.GetEnd()
 		if hm.start > hm.end {
-			err = fmt.Errorf("range_match: start %d is greater than end %d", hm.start, hm.end)
+			err = fieldpath.Errorf("range_match", "start %d is greater than end %d", hm.start, hm.end)
 		}
 	case *routepb.HeaderMatcher_PresentMatch:
 		hm.kind, hm.present = headerPresent, s.PresentMatch
 	default:
-		err = errors.New("header_match_specifier: unset, want one of exact_match, safe_regex_match, range_match, present_match, prefix_match, suffix_match, contains_match, string_match")
+		err = fieldpath.Errorf("header_match_specifier", "unset, want one of exact_match, safe_regex_match, range_match, present_match, prefix_match, suffix_match, contains_match, string_match")
 	}
 	if err != nil {
 		return HeaderMatcher{}, err
@@ -103,7 +102,7 @@ func (c *Compiler) HeaderMatcher(m *routepb.HeaderMatcher) (HeaderMatcher, error
 // field, which Envoy requires to be non-empty.
 func deprecatedMatcher(field string, kind stringKind, pattern string) (StringMatcher, error) {
 	if pattern == "" {
-		return StringMatcher{}, fmt.Errorf("%s: empty, want at least 1 character", field)
+		return StringMatcher{}, fieldpath.Errorf(fmt.Sprintf("%s", field), "empty, want at least 1 character")
 	}
 	return StringMatcher{kind: kind, pattern: pattern}, nil
 }

@@ -10,13 +10,14 @@
 package matcher
 
 import (
-	"errors"
 	"fmt"
 	"regexp"
 	"regexp/syntax"
 	"strings"
 
 	matcherpb "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+
+	"github.com/proxyless-grpc/xds/internal/fieldpath"
 )
 
 // Compiler compiles matchers, sharing one compiled regex between identical
@@ -60,7 +61,7 @@ func NewStringMatcher(m *matcherpb.StringMatcher) (StringMatcher, error) {
 // extension matcher is not supported.
 func (c *Compiler) StringMatcher(m *matcherpb.StringMatcher) (StringMatcher, error) {
 	if m == nil {
-		return StringMatcher{}, errors.New("match_pattern: unset, want one of exact, prefix, suffix, contains, safe_regex")
+		return StringMatcher{}, fieldpath.Errorf("match_pattern", "unset, want one of exact, prefix, suffix, contains, safe_regex")
 	}
 	sm := StringMatcher{ignoreCase: m.GetIgnoreCase()}
 	switch p := m.GetMatchPattern().(type) {
@@ -75,16 +76,16 @@ func (c *Compiler) StringMatcher(m *matcherpb.StringMatcher) (StringMatcher, err
 	case *matcherpb.StringMatcher_SafeRegex:
 		re, err := c.Regex(p.SafeRegex)
 		if err != nil {
-			return StringMatcher{}, fmt.Errorf("safe_regex.%w", err)
+			return StringMatcher{}, fieldpath.In("safe_regex", err)
 		}
 		return StringMatcher{kind: kindRegex, re: re}, nil
 	case *matcherpb.StringMatcher_Custom:
-		return StringMatcher{}, fmt.Errorf("custom: extension matcher %q is not supported", p.Custom.GetName())
+		return StringMatcher{}, fieldpath.Errorf("custom", "extension matcher %q is not supported", p.Custom.GetName())
 	default:
-		return StringMatcher{}, errors.New("match_pattern: unset, want one of exact, prefix, suffix, contains, safe_regex")
+		return StringMatcher{}, fieldpath.Errorf("match_pattern", "unset, want one of exact, prefix, suffix, contains, safe_regex")
 	}
 	if sm.kind != kindExact && sm.pattern == "" {
-		return StringMatcher{}, fmt.Errorf("%s: empty, want at least 1 character", sm.kind)
+		return StringMatcher{}, fieldpath.Errorf(fmt.Sprintf("%s", sm.kind), "empty, want at least 1 character")
 	}
 	if sm.ignoreCase {
 		sm.pattern = lowerASCII(sm.pattern)
@@ -119,7 +120,7 @@ func CompileRegex(m *matcherpb.RegexMatcher) (*regexp.Regexp, error) {
 // the field relative to the RegexMatcher (`regex: ...`).
 func (c *Compiler) Regex(m *matcherpb.RegexMatcher) (*regexp.Regexp, error) {
 	if m == nil {
-		return nil, errors.New("regex: unset, want a non-empty RE2 regex")
+		return nil, fieldpath.Errorf("regex", "unset, want a non-empty RE2 regex")
 	}
 	expr := m.GetRegex()
 	if c != nil {
@@ -142,18 +143,18 @@ func (c *Compiler) Regex(m *matcherpb.RegexMatcher) (*regexp.Regexp, error) {
 
 func compileFull(expr string) (*regexp.Regexp, error) {
 	if expr == "" {
-		return nil, errors.New("regex: empty, want a non-empty RE2 regex")
+		return nil, fieldpath.Errorf("regex", "empty, want a non-empty RE2 regex")
 	}
 	// Parse the regex alone first: wrapped, an unbalanced one such as
 	// "a)|(b" would compile into something else.
 	if _, err := syntax.Parse(expr, syntax.Perl); err != nil {
-		return nil, fmt.Errorf("regex: invalid RE2 regex %q: %w", expr, err)
+		return nil, fieldpath.Errorf("regex", "invalid RE2 regex %q: %w", expr, err)
 	}
 	// The group keeps alternations inside the anchors; the outer ^ and $ are
 	// text anchors because no flag outside the group turns on multi-line mode.
 	re, err := regexp.Compile("^(?:" + expr + ")$")
 	if err != nil {
-		return nil, fmt.Errorf("regex: invalid RE2 regex %q: %w", expr, err)
+		return nil, fieldpath.Errorf("regex", "invalid RE2 regex %q: %w", expr, err)
 	}
 	return re, nil
 }

@@ -1,12 +1,13 @@
 // Package metrics records the xDS server's OpenTelemetry metrics: serving
-// state, connections accepted and rejected, drains, RBAC decisions, the
-// RPCs refused by local rate limits, and TLS handshakes and certificate
-// expiry per filter chain, per listener, under the "grpc.xds_server." prefix
+// state, connections accepted and rejected, drains, the outcomes the HTTP
+// filters count (RBAC decisions, RPCs refused by local rate limits: each
+// filter names its own counter, httpfilter.Outcomes), and TLS handshakes
+// and certificate expiry per filter chain, per listener, under the "grpc.xds_server." prefix
 // (the handshake count follows gRFC A118's "grpc.server.tls.handshakes").
 // (The xDS client records its
 // own gRFC A78 metrics, in package xdsclient.)
 //
-// Every recorder is nil-safe: a nil *Server, *Listener or *RBAC records
+// Every recorder is nil-safe: a nil *Server, *Listener or *Outcomes records
 // nothing, which is what a server without a MeterProvider uses. Recorders
 // precompute their attribute sets, so recording is one counter update with
 // no allocation, and are safe for concurrent use.
@@ -14,6 +15,7 @@ package metrics
 
 import (
 	"context"
+	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -40,14 +42,6 @@ const (
 	// (a Listener update, the Listener going away) that drained at least one
 	// connection.
 	Drains = "grpc.xds_server.drains"
-	// RBACDecisions counts the RPCs an RBAC HTTP filter allowed or denied,
-	// with the filter in AttrRBACFilter and the outcome in AttrRBACDecision.
-	RBACDecisions = "grpc.xds_server.rbac.decisions"
-	// LocalRateLimited counts the RPCs a local rate limit HTTP filter found
-	// no token for: refused (AttrLocalRateLimitMode ModeEnforced) or, where
-	// the filter does not enforce, let through (ModeShadow). The filter is
-	// in AttrLocalRateLimitFilter.
-	LocalRateLimited = "grpc.xds_server.local_rate_limit.limited"
 	// TLSNotApplied counts the connections accepted on a filter chain
 	// whose transport_socket asks for TLS and served without it, because
 	// the server's transport credentials are not xDS credentials (gRFC
@@ -66,22 +60,6 @@ const (
 	AttrReason          = "grpc.xds_server.reason"
 	ReasonNotServing    = "not_serving"
 	ReasonNoFilterChain = "no_filter_chain"
-	// AttrRBACFilter is the name of the RBAC HTTP filter (its name in the
-	// HttpConnectionManager's http_filters).
-	AttrRBACFilter = "grpc.xds_server.rbac.filter"
-	// AttrRBACDecision is DecisionAllowed or DecisionDenied.
-	AttrRBACDecision = "grpc.xds_server.rbac.decision"
-	DecisionAllowed  = "allowed"
-	DecisionDenied   = "denied"
-	// AttrLocalRateLimitFilter is the name of the local rate limit HTTP
-	// filter (its name in the HttpConnectionManager's http_filters).
-	AttrLocalRateLimitFilter = "grpc.xds_server.local_rate_limit.filter"
-	// AttrLocalRateLimitMode is ModeEnforced (the RPC was refused) or
-	// ModeShadow (the filter is enabled but not enforced for the RPC, which
-	// went through).
-	AttrLocalRateLimitMode = "grpc.xds_server.local_rate_limit.mode"
-	ModeEnforced           = "enforced"
-	ModeShadow             = "shadow"
 )
 
 // Server holds the instruments of one xDS server.
@@ -90,10 +68,12 @@ type Server struct {
 	accepted metric.Int64Counter
 	rejected metric.Int64Counter
 	drains   metric.Int64Counter
-	rbac     metric.Int64Counter
-	limited  metric.Int64Counter
 	noTLS    metric.Int64Counter
 	tls      *tlsInstruments
+	meter    metric.Meter
+
+	mu       sync.Mutex
+	counters map[string]metric.Int64Counter // the HTTP filters' outcome counters, by name; guarded by mu
 }
 
 // NewServer creates the instruments on mp. A nil mp returns nil, which
@@ -104,7 +84,7 @@ func NewServer(mp metric.MeterProvider) *Server {
 		return nil
 	}
 	m := mp.Meter(MeterName)
-	s := &Server{}
+	s := &Server{meter: m}
 	var errs []error
 	keep := func(err error) {
 		if err != nil {
@@ -123,12 +103,6 @@ func NewServer(mp metric.MeterProvider) *Server {
 	keep(err)
 	s.drains, err = m.Int64Counter(Drains, metric.WithUnit("{drain}"),
 		metric.WithDescription("Configuration changes that started draining connections of the listener."))
-	keep(err)
-	s.rbac, err = m.Int64Counter(RBACDecisions, metric.WithUnit("{call}"),
-		metric.WithDescription("RPCs allowed or denied by an RBAC HTTP filter."))
-	keep(err)
-	s.limited, err = m.Int64Counter(LocalRateLimited, metric.WithUnit("{call}"),
-		metric.WithDescription("RPCs a local rate limit HTTP filter found no token for: refused (enforced), or let through where it does not enforce (shadow)."))
 	keep(err)
 	s.noTLS, err = m.Int64Counter(TLSNotApplied, metric.WithUnit("{connection}"),
 		metric.WithDescription("Connections on a filter chain that asks for TLS, served without it because the server's credentials are not xDS credentials."))
@@ -210,81 +184,71 @@ func (l *Listener) DrainStarted() {
 	}
 }
 
-// RBAC returns the recorder of the RBAC HTTP filter named filter on this
-// listener. Create it once per filter chain configuration (not per RPC);
-// its Allowed and Denied methods are cheap enough for every RPC.
-func (l *Listener) RBAC(filter string) *RBAC {
-	if l == nil || l.s.rbac == nil {
+// OutcomeSpec describes a counter of one HTTP filter's RPCs by one of two
+// outcomes (httpfilter.Outcomes, which the filter declares).
+type OutcomeSpec struct {
+	// Metric is the counter's name, with its Unit and Description.
+	Metric, Unit, Description string
+	// FilterAttr names the filter instance; OutcomeAttr the outcome, one
+	// of Values.
+	FilterAttr, OutcomeAttr string
+	Values                  [2]string
+}
+
+// Outcomes returns the recorder of the outcomes of the HTTP filter named
+// filter on this listener, in the counter spec describes (created the
+// first time a filter asks for it); nil (which records nothing) without
+// metrics or a metric name. Create it once per filter chain configuration,
+// not per RPC.
+func (l *Listener) Outcomes(spec OutcomeSpec, filter string) *Outcomes {
+	if l == nil || spec.Metric == "" {
 		return nil
 	}
-	return &RBAC{l.filterOutcomes(l.s.rbac, AttrRBACFilter, filter, AttrRBACDecision, DecisionAllowed, DecisionDenied)}
-}
-
-// RBAC records the decisions of one RBAC HTTP filter. Immutable.
-type RBAC struct{ o filterOutcomes }
-
-// Allowed counts an RPC the filter let through.
-func (r *RBAC) Allowed(ctx context.Context) {
-	if r != nil {
-		r.o.add(ctx, r.o.first)
-	}
-}
-
-// Denied counts an RPC the filter refused.
-func (r *RBAC) Denied(ctx context.Context) {
-	if r != nil {
-		r.o.add(ctx, r.o.second)
-	}
-}
-
-// LocalRateLimit returns the recorder of the local rate limit HTTP filter
-// named filter on this listener; nil (which records nothing) without
-// metrics. Create it once per filter chain configuration, not per RPC.
-func (l *Listener) LocalRateLimit(filter string) *LocalRateLimit {
-	if l == nil || l.s.limited == nil {
+	c := l.s.counter(spec)
+	if c == nil {
 		return nil
 	}
-	return &LocalRateLimit{l.filterOutcomes(l.s.limited, AttrLocalRateLimitFilter, filter, AttrLocalRateLimitMode, ModeEnforced, ModeShadow)}
+	f := attribute.String(spec.FilterAttr, filter)
+	o := &Outcomes{c: c}
+	for i, v := range spec.Values {
+		o.opts[i] = addWith(l.addr, f, attribute.String(spec.OutcomeAttr, v))
+	}
+	return o
 }
 
-// LocalRateLimit records the RPCs one local rate limit filter found no
-// token for. Immutable.
-type LocalRateLimit struct{ o filterOutcomes }
+// Outcomes records the RPCs of one HTTP filter by outcome. Immutable.
+type Outcomes struct {
+	c    metric.Int64Counter
+	opts [2][]metric.AddOption
+}
 
-// Limited counts an RPC the filter refused.
-func (r *LocalRateLimit) Limited(ctx context.Context) {
-	if r != nil {
-		r.o.add(ctx, r.o.first)
+// Count counts an RPC with outcome 0 or 1 (the index in the spec's
+// Values). It allocates nothing.
+func (o *Outcomes) Count(ctx context.Context, outcome int) {
+	if o != nil {
+		o.c.Add(ctx, 1, o.opts[outcome]...)
 	}
 }
 
-// Shadowed counts an RPC the filter would have refused had it enforced.
-func (r *LocalRateLimit) Shadowed(ctx context.Context) {
-	if r != nil {
-		r.o.add(ctx, r.o.second)
+// counter returns the counter spec names, creating it on first use; nil
+// if the provider cannot create it (logged once).
+func (s *Server) counter(spec OutcomeSpec) metric.Int64Counter {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.counters[spec.Metric]; ok {
+		return c
 	}
-}
-
-// filterOutcomes is a counter of one HTTP filter's RPCs by one of two
-// outcomes, with the attribute sets of both made once. Immutable.
-type filterOutcomes struct {
-	c             metric.Int64Counter
-	first, second []metric.AddOption
-}
-
-// filterOutcomes returns the outcomes of the filter named filter (attribute
-// filterKey) on this listener, counted in c under attribute outcomeKey with
-// value first or second.
-func (l *Listener) filterOutcomes(c metric.Int64Counter, filterKey, filter, outcomeKey, first, second string) filterOutcomes {
-	f := attribute.String(filterKey, filter)
-	return filterOutcomes{
-		c:      c,
-		first:  addWith(l.addr, f, attribute.String(outcomeKey, first)),
-		second: addWith(l.addr, f, attribute.String(outcomeKey, second)),
+	c, err := s.meter.Int64Counter(spec.Metric, metric.WithUnit(spec.Unit), metric.WithDescription(spec.Description))
+	if err != nil {
+		logger.Errorf("xds: creating metric %s: %v", spec.Metric, err)
+		c = nil
 	}
+	if s.counters == nil {
+		s.counters = make(map[string]metric.Int64Counter)
+	}
+	s.counters[spec.Metric] = c
+	return c
 }
-
-func (o filterOutcomes) add(ctx context.Context, opts []metric.AddOption) { o.c.Add(ctx, 1, opts...) }
 
 // addWith is the option that records with exactly the attributes kvs.
 func addWith(kvs ...attribute.KeyValue) []metric.AddOption {

@@ -6,11 +6,22 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/proxyless-grpc/xds/internal/httpfilter/localratelimit"
+	"github.com/proxyless-grpc/xds/internal/httpfilter/rbacfilter"
 	"github.com/proxyless-grpc/xds/internal/metrics"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 )
 
 func TestMain(m *testing.M) { testutils.VerifyNoLeaks(m) }
+
+// The counters of the RBAC and local rate limit filters, as they declare
+// them (httpfilter.Outcomes).
+var (
+	rbacSpec = metrics.OutcomeSpec{Metric: rbacfilter.DecisionsMetric, Unit: "{call}", FilterAttr: rbacfilter.AttrFilter,
+		OutcomeAttr: rbacfilter.AttrDecision, Values: [2]string{rbacfilter.DecisionAllowed, rbacfilter.DecisionDenied}}
+	rateLimitSpec = metrics.OutcomeSpec{Metric: localratelimit.LimitedMetric, Unit: "{call}", FilterAttr: localratelimit.AttrFilter,
+		OutcomeAttr: localratelimit.AttrMode, Values: [2]string{localratelimit.ModeEnforced, localratelimit.ModeShadow}}
+)
 
 // Every recorder records under its listener (and filter) attributes.
 func TestRecorders(t *testing.T) {
@@ -25,15 +36,15 @@ func TestRecorders(t *testing.T) {
 	l.RejectedNoFilterChain()
 	l.RejectedNoFilterChain()
 	l.DrainStarted()
-	r := l.RBAC("rbac-1")
-	r.Allowed(context.Background())
-	r.Denied(context.Background())
-	r.Denied(context.Background())
-	rl := l.LocalRateLimit("rl-1")
-	rl.Limited(context.Background())
-	rl.Shadowed(context.Background())
-	rl.Shadowed(context.Background())
-	rl.Shadowed(context.Background())
+	r := l.Outcomes(rbacSpec, "rbac-1")
+	r.Count(context.Background(), 0)
+	r.Count(context.Background(), 1)
+	r.Count(context.Background(), 1)
+	rl := l.Outcomes(rateLimitSpec, "rl-1")
+	rl.Count(context.Background(), 0)
+	rl.Count(context.Background(), 1)
+	rl.Count(context.Background(), 1)
+	rl.Count(context.Background(), 1)
 
 	lis := attribute.String(metrics.AttrListener, "127.0.0.1:443")
 	for _, c := range []struct {
@@ -46,10 +57,10 @@ func TestRecorders(t *testing.T) {
 		{metrics.ConnectionsRejected, []attribute.KeyValue{attribute.String(metrics.AttrReason, metrics.ReasonNotServing)}, 1},
 		{metrics.ConnectionsRejected, []attribute.KeyValue{attribute.String(metrics.AttrReason, metrics.ReasonNoFilterChain)}, 2},
 		{metrics.Drains, nil, 1},
-		{metrics.RBACDecisions, []attribute.KeyValue{attribute.String(metrics.AttrRBACFilter, "rbac-1"), attribute.String(metrics.AttrRBACDecision, metrics.DecisionAllowed)}, 1},
-		{metrics.RBACDecisions, []attribute.KeyValue{attribute.String(metrics.AttrRBACFilter, "rbac-1"), attribute.String(metrics.AttrRBACDecision, metrics.DecisionDenied)}, 2},
-		{metrics.LocalRateLimited, []attribute.KeyValue{attribute.String(metrics.AttrLocalRateLimitFilter, "rl-1"), attribute.String(metrics.AttrLocalRateLimitMode, metrics.ModeEnforced)}, 1},
-		{metrics.LocalRateLimited, []attribute.KeyValue{attribute.String(metrics.AttrLocalRateLimitFilter, "rl-1"), attribute.String(metrics.AttrLocalRateLimitMode, metrics.ModeShadow)}, 3},
+		{rbacfilter.DecisionsMetric, []attribute.KeyValue{attribute.String(rbacfilter.AttrFilter, "rbac-1"), attribute.String(rbacfilter.AttrDecision, rbacfilter.DecisionAllowed)}, 1},
+		{rbacfilter.DecisionsMetric, []attribute.KeyValue{attribute.String(rbacfilter.AttrFilter, "rbac-1"), attribute.String(rbacfilter.AttrDecision, rbacfilter.DecisionDenied)}, 2},
+		{localratelimit.LimitedMetric, []attribute.KeyValue{attribute.String(localratelimit.AttrFilter, "rl-1"), attribute.String(localratelimit.AttrMode, localratelimit.ModeEnforced)}, 1},
+		{localratelimit.LimitedMetric, []attribute.KeyValue{attribute.String(localratelimit.AttrFilter, "rl-1"), attribute.String(localratelimit.AttrMode, localratelimit.ModeShadow)}, 3},
 	} {
 		got, ok := mr.Value(t, c.name, append(c.attrs, lis)...)
 		if !ok || got != c.want {
@@ -70,25 +81,25 @@ func TestNilRecorders(t *testing.T) {
 	l.RejectedNotServing()
 	l.RejectedNoFilterChain()
 	l.DrainStarted()
-	r := l.RBAC("f")
-	r.Allowed(context.Background())
-	r.Denied(context.Background())
-	rl := l.LocalRateLimit("f")
+	r := l.Outcomes(rbacSpec, "f")
+	r.Count(context.Background(), 0)
+	r.Count(context.Background(), 1)
+	rl := l.Outcomes(rateLimitSpec, "f")
 	if rl != nil {
-		t.Errorf("LocalRateLimit without metrics = %v, want nil", rl)
+		t.Errorf("Outcomes without metrics = %v, want nil", rl)
 	}
-	rl.Limited(context.Background())
-	rl.Shadowed(context.Background())
+	rl.Count(context.Background(), 0)
+	rl.Count(context.Background(), 1)
 }
 
 // Recording an RBAC decision, the per-RPC path, does not allocate.
 func TestRBACNoAllocs(t *testing.T) {
 	mr := testutils.NewMetricReader(t)
-	r := metrics.NewServer(mr.Provider).Listener("127.0.0.1:1").RBAC("f")
+	r := metrics.NewServer(mr.Provider).Listener("127.0.0.1:1").Outcomes(rbacSpec, "f")
 	ctx := context.Background()
-	r.Allowed(ctx) // the first recording creates the data point
-	if n := testing.AllocsPerRun(100, func() { r.Allowed(ctx) }); n != 0 {
-		t.Errorf("RBAC.Allowed allocates %v times, want 0", n)
+	r.Count(ctx, 0) // the first recording creates the data point
+	if n := testing.AllocsPerRun(100, func() { r.Count(ctx, 0) }); n != 0 {
+		t.Errorf("Outcomes.Count allocates %v times, want 0", n)
 	}
 }
 

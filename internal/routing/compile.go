@@ -9,6 +9,7 @@ import (
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
+	"github.com/proxyless-grpc/xds/internal/fieldpath"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/matcher"
 )
@@ -47,18 +48,13 @@ func (l location) names() string {
 
 // errorf returns an error about field.
 func (l location) errorf(field, format string, args ...any) error {
-	return fmt.Errorf("%s: %s: %s", l.names(), l.path(field), fmt.Sprintf(format, args...))
+	return fmt.Errorf("%s: %w", l.names(), fieldpath.Errorf(l.path(field), format, args...))
 }
 
-// wrap returns err, whose text starts with a field path relative to field,
-// prefixed with where field is.
+// wrap returns err, found in field, prefixed with where field is: a
+// fieldpath.Error's path goes on from field's (fieldpath.In).
 func (l location) wrap(field string, err error) error {
-	return fmt.Errorf("%s: %s.%w", l.names(), l.path(field), err)
-}
-
-// wrapColon is wrap for an err whose text does not start with a field path.
-func (l location) wrapColon(field string, err error) error {
-	return fmt.Errorf("%s: %s: %w", l.names(), l.path(field), err)
+	return fmt.Errorf("%s: %w", l.names(), fieldpath.In(l.path(field), err))
 }
 
 // compiler holds what one Compile shares between virtual hosts and routes.
@@ -194,7 +190,7 @@ func compileMatch(loc location, m *routepb.RouteMatch, c *compiler, rt *route) (
 		// "only default_value will be used, runtime_key will be ignored".
 		rt.fraction, err = perMillion(rf.GetDefaultValue())
 		if err != nil {
-			return false, loc.wrapColon("match.runtime_fraction.default_value", err)
+			return false, loc.wrap("match.runtime_fraction.default_value", err)
 		}
 	}
 	// "the entire route containing this will be ignored, regardless of the
@@ -225,17 +221,11 @@ func perMillion(f *typepb.FractionalPercent) (uint64, error) {
 	if f == nil {
 		return 0, errors.New("unset, want a FractionalPercent")
 	}
-	n := uint64(f.GetNumerator())
-	switch d := f.GetDenominator(); d {
-	case typepb.FractionalPercent_HUNDRED:
-		n *= 10_000
-	case typepb.FractionalPercent_TEN_THOUSAND:
-		n *= 100
-	case typepb.FractionalPercent_MILLION:
-	default:
-		return 0, fmt.Errorf("denominator: unknown value %d, want HUNDRED, TEN_THOUSAND or MILLION", int32(d))
+	fr, err := httpfilter.ParseFraction("", f, httpfilter.Fraction{})
+	if err != nil {
+		return 0, err
 	}
-	return min(n, fractionAll), nil
+	return fr.Numerator() * (fractionAll / fr.Denominator()), nil
 }
 
 // compileAction validates the route's action. On a server, gRFC A36: "The

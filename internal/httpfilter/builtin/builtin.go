@@ -15,4 +15,4 @@ import (
 
 // Registry is the filters a server knows. Users add theirs at init through
 // httpfilter.Register; nothing else modifies it.
-var Registry = httpfilter.NewRegistry(httpfilter.Router{}, rbacfilter.Filter{}, localratelimit.Filter{}, fault.Filter{})
+var Registry = httpfilter.NewRegistry(httpfilter.Router{}, rbacfilter.Filter{}, localratelimit.Filter{}, fault.Filter{}).WithRegistered()

@@ -121,7 +121,7 @@ func TestNoStep(t *testing.T) {
 }
 
 func rpcWith(kv ...string) httpfilter.RPC {
-	return httpfilter.RPC{FullMethod: "/s.S/M", Header: metadata.Pairs(kv...)}
+	return httpfilter.RPC{Request: httpfilter.Request{FullMethod: "/s.S/M", Header: metadata.Pairs(kv...)}}
 }
 
 // TestAbort: aborts without a delay fail the RPC in the tap with the

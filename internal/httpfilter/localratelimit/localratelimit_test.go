@@ -280,8 +280,13 @@ func TestBucketConcurrent(t *testing.T) {
 
 type countingCounter struct{ limited, shadowed atomic.Int64 }
 
-func (c *countingCounter) Limited(context.Context)  { c.limited.Add(1) }
-func (c *countingCounter) Shadowed(context.Context) { c.shadowed.Add(1) }
+func (c *countingCounter) Count(_ context.Context, outcome int) {
+	if outcome == 0 {
+		c.limited.Add(1)
+	} else {
+		c.shadowed.Add(1)
+	}
+}
 
 // buildStep builds the step of instance with config m, its state in st
 // (one State per test: a State of the process would carry spent buckets
@@ -302,7 +307,9 @@ func buildStep(t *testing.T, st *httpfilter.State, instance string, m *localrate
 	return s.(*Step)
 }
 
-func rpc() httpfilter.RPC { return httpfilter.RPC{FullMethod: "/s.S/M", Header: metadata.MD{}} }
+func rpc() httpfilter.RPC {
+	return httpfilter.RPC{Request: httpfilter.Request{FullMethod: "/s.S/M", Header: metadata.MD{}}}
+}
 
 // TestStep: enforced, the 4th RPC on a 3-token bucket is refused and
 // counted; the allowed path allocates nothing.
@@ -310,7 +317,7 @@ func TestStep(t *testing.T) {
 	st := &httpfilter.State{}
 	s := buildStep(t, st, t.Name(), good())
 	cnt := &countingCounter{}
-	s = s.WithCounter(cnt)
+	s = s.WithCounter(cnt).(*Step)
 	ctx := context.Background()
 	for i := range 3 {
 		if _, err := s.Run(ctx, rpc()); err != nil {
@@ -348,7 +355,7 @@ func TestStepShadow(t *testing.T) {
 	m.RequestHeadersToAddWhenNotEnforced = []*corepb.HeaderValueOption{header("x-rate-limited", "true")}
 	s := buildStep(t, st, t.Name(), m)
 	cnt := &countingCounter{}
-	s = s.WithCounter(cnt)
+	s = s.WithCounter(cnt).(*Step)
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.MD{"a": {"1"}})
 	got, err := s.Run(ctx, rpc())
 	if err != nil {

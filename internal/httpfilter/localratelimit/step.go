@@ -12,13 +12,44 @@ import (
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
 )
 
-// Counter counts the RPCs a step refuses (Limited) and, when the step does
-// not enforce, those it would have refused (Shadowed). The server's
-// metrics implement it; it is called only for those RPCs.
-type Counter interface {
-	Limited(ctx context.Context)
-	Shadowed(ctx context.Context)
+// Outcomes of the RPCs a step finds no token for, as counted
+// (httpfilter.Counter): refused, or let through where the filter does not
+// enforce.
+const (
+	outcomeLimited  = 0
+	outcomeShadowed = 1
+)
+
+// outcomes is what the filter counts: the grpc.xds_server.local_rate_limit.limited
+// metric (not on the status page).
+var outcomes = &httpfilter.Outcomes{
+	Metric:      LimitedMetric,
+	Unit:        "{call}",
+	Description: "RPCs a local rate limit HTTP filter found no token for: refused (enforced), or let through where it does not enforce (shadow).",
+	FilterAttr:  AttrFilter,
+	OutcomeAttr: AttrMode,
+	Values:      [2]string{ModeEnforced, ModeShadow},
 }
+
+// The filter's metric, its attributes and their values.
+const (
+	// LimitedMetric counts the RPCs a local rate limit HTTP filter found
+	// no token for: refused (AttrMode ModeEnforced) or, where the filter
+	// does not enforce, let through (ModeShadow). The filter is in
+	// AttrFilter.
+	LimitedMetric = "grpc.xds_server.local_rate_limit.limited"
+	// AttrFilter is the name of the filter instance (its name in the
+	// HttpConnectionManager's http_filters).
+	AttrFilter = "grpc.xds_server.local_rate_limit.filter"
+	// AttrMode is ModeEnforced (the RPC was refused) or ModeShadow (the
+	// filter is enabled but not enforced for the RPC, which went through).
+	AttrMode     = "grpc.xds_server.local_rate_limit.mode"
+	ModeEnforced = "enforced"
+	ModeShadow   = "shadow"
+)
+
+// Outcomes implements httpfilter.CountingFilter.
+func (Filter) Outcomes() *httpfilter.Outcomes { return outcomes }
 
 // limiter is the state of one bucket config of one filter instance, kept
 // across configuration updates in the Listener's httpfilter.State: the
@@ -80,12 +111,13 @@ func (Filter) BuildStatefulStep(state *httpfilter.State, instance string, config
 type Step struct {
 	cfg     *Config
 	lim     *limiter
-	refuse  *refusal // nil: refuse in the tap, with no trailers
-	counter Counter  // nil: nothing counts
+	refuse  *refusal           // nil: refuse in the tap, with no trailers
+	counter httpfilter.Counter // nil: nothing counts
 }
 
-// WithCounter returns a copy of s whose refusals c counts.
-func (s *Step) WithCounter(c Counter) *Step {
+// WithCounter implements httpfilter.CountingStep: a copy of s whose
+// refusals (and shadowed refusals) c counts.
+func (s *Step) WithCounter(c httpfilter.Counter) httpfilter.Step {
 	cp := *s
 	cp.counter = c
 	return &cp
@@ -111,7 +143,7 @@ func (s *Step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, er
 	}
 	if !c.enforced.Hit() {
 		if s.counter != nil {
-			s.counter.Shadowed(ctx)
+			s.counter.Count(ctx, outcomeShadowed)
 		}
 		if len(c.shadowHeaders) > 0 {
 			ctx = c.shadowHeaders.addToIncoming(ctx)
@@ -119,7 +151,7 @@ func (s *Step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, er
 		return ctx, nil
 	}
 	if s.counter != nil {
-		s.counter.Limited(ctx)
+		s.counter.Count(ctx, outcomeLimited)
 	}
 	switch {
 	case s.refuse == nil:

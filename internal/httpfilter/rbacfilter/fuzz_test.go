@@ -33,12 +33,12 @@ func FuzzParse(f *testing.F) {
 		}
 		f.Add(b, b)
 	}
-	rpc := httpfilter.RPC{
+	rpc := httpfilter.RPC{Request: httpfilter.Request{
 		FullMethod: "/pkg.Svc/M",
 		Authority:  "svc",
 		Remote:     netip.MustParseAddrPort("127.0.0.2:1"),
 		Local:      netip.MustParseAddrPort("127.0.0.1:2"),
-	}
+	}}
 	f.Fuzz(func(t *testing.T, top, override []byte) {
 		cfg, err := Filter{}.ParseConfig(httpfilter.RawConfig{TypeURL: ConfigTypeURL, Any: &anypb.Any{TypeUrl: ConfigTypeURL, Value: top}})
 		if err != nil {

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/proxyless-grpc/xds/internal/fieldpath"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/rbac"
 )
@@ -81,7 +82,7 @@ func (Filter) ParseOverride(raw httpfilter.RawConfig) (httpfilter.Config, error)
 	}
 	c, err := parse(m.GetRbac())
 	if err != nil {
-		return nil, fmt.Errorf("rbac.%w", err)
+		return nil, fieldpath.In("rbac", err)
 	}
 	return c, nil
 }
@@ -92,10 +93,10 @@ func parse(m *rbacpb.RBAC) (*Config, error) {
 	// gRFC A41 supports only rules; the matcher API would be silently
 	// ignored by a reader of rules, which fails open: reject it.
 	if m.GetMatcher() != nil {
-		return nil, errors.New("matcher: the matcher API is not supported, use rules")
+		return nil, fieldpath.Errorf("matcher", "the matcher API is not supported, use rules")
 	}
 	if m.GetShadowMatcher() != nil {
-		return nil, errors.New("shadow_matcher: the matcher API is not supported, use shadow_rules")
+		return nil, fieldpath.Errorf("shadow_matcher", "the matcher API is not supported, use shadow_rules")
 	}
 	key, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {
@@ -106,35 +107,17 @@ func parse(m *rbacpb.RBAC) (*Config, error) {
 		var err error
 		if r := m.GetRules(); r != nil {
 			if c.Rules, err = rbac.Compile(r); err != nil {
-				return nil, fmt.Errorf("rules.%w", trimPrefix(err))
+				return nil, fieldpath.In("rules", errors.Unwrap(err))
 			}
 		}
 		if r := m.GetShadowRules(); r != nil {
 			if c.Shadow, err = rbac.Compile(r); err != nil {
-				return nil, fmt.Errorf("shadow_rules.%w", trimPrefix(err))
+				return nil, fieldpath.In("shadow_rules", errors.Unwrap(err))
 			}
 		}
 		return c, nil
 	})
 }
-
-// trimPrefix drops the "rbac: " prefix of a compile error, so that the
-// field path reads on.
-func trimPrefix(err error) error {
-	const p = "rbac: "
-	if s := err.Error(); len(s) > len(p) && s[:len(p)] == p {
-		return prefixless{s[len(p):], err}
-	}
-	return err
-}
-
-type prefixless struct {
-	msg string
-	err error
-}
-
-func (e prefixless) Error() string { return e.msg }
-func (e prefixless) Unwrap() error { return e.err }
 
 // BuildStep implements httpfilter.Filter: the override, when there is one,
 // replaces the top-level config.
@@ -159,11 +142,57 @@ func (Filter) BuildStep(instance string, config, override httpfilter.Config) (ht
 	return &Step{name: instance, rules: rules, shadow: shadow}, nil
 }
 
-// Step is the filter's per-RPC work on one route.
+// Step is the filter's per-RPC work on one route. Immutable.
 type Step struct {
-	name   string
-	rules  *rbac.Engine
-	shadow *rbac.Engine
+	name    string
+	rules   *rbac.Engine
+	shadow  *rbac.Engine
+	counter httpfilter.Counter // nil: nothing counts
+}
+
+// The filter's metric, its attributes and their values.
+const (
+	// DecisionsMetric counts the RPCs an RBAC HTTP filter allowed or
+	// denied, with the filter in AttrFilter and the outcome in
+	// AttrDecision.
+	DecisionsMetric = "grpc.xds_server.rbac.decisions"
+	// AttrFilter is the name of the RBAC HTTP filter (its name in the
+	// HttpConnectionManager's http_filters).
+	AttrFilter = "grpc.xds_server.rbac.filter"
+	// AttrDecision is DecisionAllowed or DecisionDenied.
+	AttrDecision    = "grpc.xds_server.rbac.decision"
+	DecisionAllowed = "allowed"
+	DecisionDenied  = "denied"
+)
+
+// Outcomes of an RPC, as counted (httpfilter.Counter).
+const (
+	outcomeAllowed = 0
+	outcomeDenied  = 1
+)
+
+// outcomes is what the filter counts: its decisions, in a metric and on
+// the status page.
+var outcomes = &httpfilter.Outcomes{
+	Metric:      DecisionsMetric,
+	Unit:        "{call}",
+	Description: "RPCs allowed or denied by an RBAC HTTP filter.",
+	FilterAttr:  AttrFilter,
+	OutcomeAttr: AttrDecision,
+	Values:      [2]string{DecisionAllowed, DecisionDenied},
+	Title:       "RBAC decisions",
+	None:        "No RBAC filter has decided an RPC.",
+}
+
+// Outcomes implements httpfilter.CountingFilter.
+func (Filter) Outcomes() *httpfilter.Outcomes { return outcomes }
+
+// WithCounter implements httpfilter.CountingStep: a copy of s whose
+// decisions c counts (the enforced ones; shadow_rules are not counted).
+func (s *Step) WithCounter(c httpfilter.Counter) httpfilter.Step {
+	cp := *s
+	cp.counter = c
+	return &cp
 }
 
 // errDenied is the status of a denied RPC; it names no policy.
@@ -171,15 +200,7 @@ var errDenied = status.Error(codes.PermissionDenied, "RBAC: access denied")
 
 // Run implements httpfilter.Step.
 func (s *Step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, error) {
-	ri := rbac.RequestInfo{
-		FullMethod:       rpc.FullMethod,
-		Authority:        rpc.Authority,
-		Header:           rpc.Header,
-		Remote:           rpc.Remote,
-		Local:            rpc.Local,
-		TLS:              rpc.TLS,
-		PeerCertificates: rpc.PeerCertificates,
-	}
+	ri := rpc.Request
 	if s.shadow != nil {
 		s.shadow.Audit(ri, s.shadow.Evaluate(ri), s.name, true)
 	}
@@ -187,8 +208,14 @@ func (s *Step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, er
 		d := s.rules.Evaluate(ri)
 		s.rules.Audit(ri, d, s.name, false)
 		if !d.Allow {
+			if s.counter != nil {
+				s.counter.Count(ctx, outcomeDenied)
+			}
 			return ctx, errDenied
 		}
+	}
+	if s.counter != nil {
+		s.counter.Count(ctx, outcomeAllowed)
 	}
 	return ctx, nil
 }

@@ -99,7 +99,7 @@ func runStep(t *testing.T, s httpfilter.Step, method string) codes.Code {
 	if s == nil {
 		return codes.OK
 	}
-	_, err := s.Run(context.Background(), httpfilter.RPC{FullMethod: method, Remote: netip.MustParseAddrPort("127.0.0.1:1"), Local: netip.MustParseAddrPort("127.0.0.1:2")})
+	_, err := s.Run(context.Background(), httpfilter.RPC{Request: httpfilter.Request{FullMethod: method, Remote: netip.MustParseAddrPort("127.0.0.1:1"), Local: netip.MustParseAddrPort("127.0.0.1:2")}})
 	return status.Code(err)
 }
 
@@ -160,7 +160,7 @@ func TestDeniedMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _ := fs[0].Filter.BuildStep(fs[0].Name, fs[0].Config, nil)
-	_, err = s.Run(context.Background(), httpfilter.RPC{FullMethod: "/x"})
+	_, err = s.Run(context.Background(), httpfilter.RPC{Request: httpfilter.Request{FullMethod: "/x"}})
 	st := status.Convert(err)
 	if st.Code() != codes.PermissionDenied || strings.Contains(st.Message(), "allow") || strings.Contains(st.Message(), "secret") {
 		t.Errorf("denied RPC status %v, want PERMISSION_DENIED naming no policy", st)
@@ -234,7 +234,7 @@ func TestStepAllocs(t *testing.T) {
 	}
 	s, _ := fs[0].Filter.BuildStep(fs[0].Name, fs[0].Config, nil)
 	ctx := context.Background()
-	rpc := httpfilter.RPC{FullMethod: "/a", Remote: netip.MustParseAddrPort("127.0.0.1:1")}
+	rpc := httpfilter.RPC{Request: httpfilter.Request{FullMethod: "/a", Remote: netip.MustParseAddrPort("127.0.0.1:1")}}
 	if n := testing.AllocsPerRun(100, func() { s.Run(ctx, rpc) }); n != 0 {
 		t.Errorf("Run allocates %v times, want 0", n)
 	}

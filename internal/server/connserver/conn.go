@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/mem"
 
 	"github.com/proxyless-grpc/xds/internal/filterchain"
+	"github.com/proxyless-grpc/xds/internal/netaddr"
 )
 
 // conn is the net.Conn an xDS server hands to gRPC for one accepted
@@ -75,8 +76,8 @@ func newConn(c net.Conn, chain *filterchain.FilterChain, src, dst netip.AddrPort
 	return &conn{
 		Conn:    c,
 		chain:   chain,
-		src:     unmapAddrPort(src),
-		dst:     unmapAddrPort(dst),
+		src:     netaddr.Unmap(src),
+		dst:     netaddr.Unmap(dst),
 		onClose: onClose,
 	}
 }
@@ -249,21 +250,8 @@ func (c *conn) readBlocking(bufSize int, pool mem.BufferPool) (*[]byte, int, err
 // with a valid IP, with an IPv4-mapped IPv6 address unmapped. It reports
 // false for any other net.Addr.
 func AddrPortOf(a net.Addr) (netip.AddrPort, bool) {
-	ta, ok := a.(*net.TCPAddr)
-	if !ok || ta == nil {
+	if _, ok := a.(*net.TCPAddr); !ok {
 		return netip.AddrPort{}, false
 	}
-	ap := ta.AddrPort()
-	if !ap.Addr().IsValid() {
-		return netip.AddrPort{}, false
-	}
-	return unmapAddrPort(ap), true
-}
-
-// unmapAddrPort returns ap with an IPv4-mapped IPv6 address unmapped.
-func unmapAddrPort(ap netip.AddrPort) netip.AddrPort {
-	if !ap.Addr().Is4In6() {
-		return ap
-	}
-	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	return netaddr.FromNet(a)
 }

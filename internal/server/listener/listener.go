@@ -151,7 +151,7 @@ func New(p Params) *Listener {
 		mode:      connectivity.ServingModeStarting,
 	}
 	l.hsLog = security.NewHandshakeLog(l.log, p.Metrics)
-	l.obs = &rpcpath.ListenerShared{Metrics: p.Metrics, Decisions: &rpcpath.Decisions{}}
+	l.obs = &rpcpath.ListenerShared{Metrics: p.Metrics, Counts: &rpcpath.Counts{}}
 	p.Conns.Log = l.log
 	l.conns = connserver.NewGroup(p.Conns)
 	l.rds = rds.New(rds.Params{
@@ -434,7 +434,7 @@ type modeState struct {
 // the Listener it serves with, and the connections of every chain server.
 // Safe to call from any goroutine.
 func (l *Listener) Status() status.Listener {
-	st := status.Listener{Addr: l.p.Lis.Addr(), Name: l.p.Name, Mode: connectivity.ServingModeStarting, RBAC: l.obs.Decisions.Counts(), NonXDSCreds: l.p.NonXDSCreds}
+	st := status.Listener{Addr: l.p.Lis.Addr(), Name: l.p.Name, Mode: connectivity.ServingModeStarting, Counted: l.obs.Counts.Snapshot(), NonXDSCreds: l.p.NonXDSCreds}
 	if m := l.modeNow.Load(); m != nil {
 		st.Mode, st.Err, st.Since = m.mode, m.err, m.since
 	}

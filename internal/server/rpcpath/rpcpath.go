@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/tap"
 
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
+	"github.com/proxyless-grpc/xds/internal/netaddr"
 	"github.com/proxyless-grpc/xds/internal/routing"
 )
 
@@ -109,7 +110,7 @@ func wellFormedMethod(m string) bool {
 // rpcInfo describes an RPC to filter steps: the method is :path, the peer's
 // and the local address come from the connection, and so does TLS.
 func rpcInfo(ctx context.Context, info *tap.Info, authority string) httpfilter.RPC {
-	rpc := httpfilter.RPC{FullMethod: info.FullMethodName, Authority: authority, Header: info.Header}
+	rpc := httpfilter.RPC{Request: httpfilter.Request{FullMethod: info.FullMethodName, Authority: authority, Header: info.Header}}
 	p, ok := peer.FromContext(ctx)
 	if !ok {
 		return rpc
@@ -138,15 +139,8 @@ func peerCerts(c []*x509.Certificate) []*x509.Certificate {
 // addrPort converts a TCP address, IPv4-mapped addresses unmapped; the zero
 // value for other kinds.
 func addrPort(a net.Addr) netip.AddrPort {
-	switch a := a.(type) {
-	case *net.TCPAddr:
-		ap := a.AddrPort()
-		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-	case interface{ AddrPort() netip.AddrPort }:
-		ap := a.AddrPort()
-		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-	}
-	return netip.AddrPort{}
+	ap, _ := netaddr.FromNet(a)
+	return ap
 }
 
 // Routes is what one filter chain routes RPCs with at one moment: the

@@ -13,8 +13,6 @@ import (
 
 	"github.com/proxyless-grpc/xds/internal/filterchain"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
-	"github.com/proxyless-grpc/xds/internal/httpfilter/localratelimit"
-	"github.com/proxyless-grpc/xds/internal/httpfilter/rbacfilter"
 	"github.com/proxyless-grpc/xds/internal/metrics"
 	"github.com/proxyless-grpc/xds/internal/routing"
 )
@@ -27,8 +25,10 @@ import (
 // left out. Identical (instance, config, override) triples share one step,
 // and routes with the same steps share one slice. A step that fails to build
 // fails its route's RPCs with UNAVAILABLE: fail closed, never open. obs, if
-// not nil, counts the RBAC filters' decisions and the RPCs the local rate
-// limit filters refuse (or, not enforcing, would refuse).
+// not nil, counts the outcomes of the steps of filters that count them
+// (httpfilter.CountingFilter: RBAC decisions, RPCs a local rate limit
+// refuses), in the listener's metrics and for the status page, as each
+// filter's httpfilter.Outcomes says.
 //
 // Steps that keep state across updates (token buckets) find it in obs's
 // filter state, the Listener's (the process-wide one without obs), under
@@ -89,16 +89,7 @@ func buildStep(memo map[stepKey]httpfilter.Step, in httpfilter.Instance, overrid
 	if err != nil {
 		s = failStep{err: status.Errorf(codes.Unavailable, "xds: HTTP filter %q: %v", in.Name, err)}
 	}
-	if obs != nil {
-		switch st := s.(type) {
-		case *rbacfilter.Step:
-			s = countedRBACStep{step: st, rec: obs.Metrics.RBAC(in.Name), n: obs.Decisions.of(in.Name)}
-		case *localratelimit.Step:
-			if rec := obs.Metrics.LocalRateLimit(in.Name); rec != nil {
-				s = st.WithCounter(rec)
-			}
-		}
-	}
+	s = obs.counted(in, s)
 	if comparable {
 		memo[key] = s
 	}
@@ -122,16 +113,15 @@ func sameSteps(a, b []httpfilter.Step) bool {
 }
 
 // ListenerShared is what the routes of one listener share, across its filter
-// chains and configuration updates: the counters of its RBAC filters'
-// decisions and of the RPCs its local rate limit filters refuse, and its
-// filter state. One per listener, given to every NewRoutes of its chains.
+// chains and configuration updates: the counters of the outcomes its HTTP
+// filters count, and its filter state. One per listener, given to every
+// NewRoutes of its chains.
 type ListenerShared struct {
-	// Metrics records the grpc.xds_server.rbac.decisions and
-	// grpc.xds_server.local_rate_limit.limited metrics; nil without a
-	// MeterProvider.
+	// Metrics records the counters the filters declare
+	// (httpfilter.Outcomes.Metric); nil without a MeterProvider.
 	Metrics *metrics.Listener
-	// Decisions counts them for the status page; nil counts nothing.
-	Decisions *Decisions
+	// Counts counts them for the status page; nil counts nothing.
+	Counts *Counts
 
 	// state is the listener's filter state (gRFC A83): token buckets kept
 	// across updates. The zero value is ready.
@@ -147,83 +137,113 @@ func (o *ListenerShared) filterState() *httpfilter.State {
 	return &o.state
 }
 
-// Decisions counts the decisions of RBAC filters by filter instance name,
-// across configuration changes. The zero value is ready; a nil *Decisions
-// counts nothing. Safe for concurrent use; counting takes no lock.
-type Decisions struct {
+// counted returns s counting its outcomes, if its filter counts some
+// (httpfilter.CountingFilter) and something records them: o's metrics, or
+// its status page counts when the filter's Outcomes have a Title.
+// Otherwise s itself. The framework names no filter: what is counted, and
+// where, is the filter's own declaration.
+func (o *ListenerShared) counted(in httpfilter.Instance, s httpfilter.Step) httpfilter.Step {
+	cf, ok := in.Filter.(httpfilter.CountingFilter)
+	if o == nil || !ok {
+		return s
+	}
+	cs, ok := s.(httpfilter.CountingStep)
+	if !ok {
+		return s
+	}
+	out := cf.Outcomes()
+	c := &stepCounter{rec: o.Metrics.Outcomes(metrics.OutcomeSpec{
+		Metric: out.Metric, Unit: out.Unit, Description: out.Description,
+		FilterAttr: out.FilterAttr, OutcomeAttr: out.OutcomeAttr, Values: out.Values,
+	}, in.Name)}
+	if out.Title != "" {
+		c.n = o.Counts.of(out, in.Name)
+	}
+	if c.rec == nil && c.n == nil {
+		return s
+	}
+	return cs.WithCounter(c)
+}
+
+// stepCounter counts one step's outcomes in a metric (rec not nil) and for
+// the status page (n not nil). Count takes no lock and allocates nothing.
+type stepCounter struct {
+	rec *metrics.Outcomes
+	n   *outcomeCount
+}
+
+func (c *stepCounter) Count(ctx context.Context, outcome int) {
+	if c.n != nil {
+		c.n[outcome].Add(1)
+	}
+	c.rec.Count(ctx, outcome)
+}
+
+// Counts counts the outcomes of counting filters (httpfilter.Outcomes with
+// a Title) by filter instance name, across configuration changes, for the
+// status page. The zero value is ready; a nil *Counts counts nothing. Safe
+// for concurrent use; counting takes no lock.
+type Counts struct {
 	mu     sync.Mutex
-	byName map[string]*decisionCount // guarded by mu
+	byName map[countKey]*outcomeCount // guarded by mu
 }
 
-type decisionCount struct {
-	allowed, denied atomic.Uint64
+type countKey struct {
+	outcomes *httpfilter.Outcomes
+	filter   string
 }
 
-// of returns the counter of the filter instances named name, creating it.
-// Called when routes are built, never per RPC.
-func (d *Decisions) of(name string) *decisionCount {
+// outcomeCount is the count of each outcome.
+type outcomeCount [2]atomic.Uint64
+
+// of returns the counter of the filter instances named name counting
+// outcomes, creating it. Called when routes are built, never per RPC.
+func (d *Counts) of(outcomes *httpfilter.Outcomes, name string) *outcomeCount {
 	if d == nil {
 		return nil
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.byName == nil {
-		d.byName = make(map[string]*decisionCount)
+		d.byName = make(map[countKey]*outcomeCount)
 	}
-	c := d.byName[name]
+	k := countKey{outcomes, name}
+	c := d.byName[k]
 	if c == nil {
-		c = &decisionCount{}
-		d.byName[name] = c
+		c = &outcomeCount{}
+		d.byName[k] = c
 	}
 	return c
 }
 
-// RBACCount is the number of RPCs the RBAC filter instances of one name
-// allowed and denied.
-type RBACCount struct {
-	Filter          string
-	Allowed, Denied uint64
+// FilterCount is the number of RPCs of each outcome that the filter
+// instances of one name counted.
+type FilterCount struct {
+	// Outcomes is what the filter counts (its Title and Values name the
+	// counts).
+	Outcomes *httpfilter.Outcomes
+	Filter   string
+	Counts   [2]uint64
 }
 
-// Counts returns the counts by filter name, sorted by name.
-func (d *Decisions) Counts() []RBACCount {
+// Snapshot returns the counts, sorted by Title, then filter name.
+func (d *Counts) Snapshot() []FilterCount {
 	if d == nil {
 		return nil
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := make([]RBACCount, 0, len(d.byName))
-	for name, c := range d.byName {
-		out = append(out, RBACCount{Filter: name, Allowed: c.allowed.Load(), Denied: c.denied.Load()})
+	out := make([]FilterCount, 0, len(d.byName))
+	for k, c := range d.byName {
+		out = append(out, FilterCount{Outcomes: k.outcomes, Filter: k.filter, Counts: [2]uint64{c[0].Load(), c[1].Load()}})
 	}
-	slices.SortFunc(out, func(a, b RBACCount) int { return strings.Compare(a.Filter, b.Filter) })
+	slices.SortFunc(out, func(a, b FilterCount) int {
+		if c := strings.Compare(a.Outcomes.Title, b.Outcomes.Title); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Filter, b.Filter)
+	})
 	return out
-}
-
-// countedRBACStep is an RBAC step whose decisions are counted: in the
-// grpc.xds_server.rbac.decisions metric when the server has a MeterProvider
-// (rec not nil), and for the status page (n not nil).
-type countedRBACStep struct {
-	step *rbacfilter.Step
-	rec  *metrics.RBAC
-	n    *decisionCount
-}
-
-func (s countedRBACStep) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, error) {
-	ctx, err := s.step.Run(ctx, rpc)
-	switch {
-	case err == nil:
-		if s.n != nil {
-			s.n.allowed.Add(1)
-		}
-		s.rec.Allowed(ctx)
-	case status.Code(err) == codes.PermissionDenied:
-		if s.n != nil {
-			s.n.denied.Add(1)
-		}
-		s.rec.Denied(ctx)
-	}
-	return ctx, err
 }
 
 // failStep fails every RPC of its route with err.

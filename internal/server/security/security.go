@@ -31,6 +31,7 @@ import (
 	"github.com/proxyless-grpc/xds/internal/certprovider"
 	"github.com/proxyless-grpc/xds/internal/filterchain"
 	"github.com/proxyless-grpc/xds/internal/metrics"
+	"github.com/proxyless-grpc/xds/internal/netaddr"
 	"github.com/proxyless-grpc/xds/internal/server/serverlog"
 )
 
@@ -372,11 +373,11 @@ func spiffeID(state tls.ConnectionState) *url.URL {
 
 // addrPort converts a TCP address; the zero value for other kinds.
 func addrPort(a net.Addr) netip.AddrPort {
-	if ta, ok := a.(*net.TCPAddr); ok {
-		ap := ta.AddrPort()
-		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	if _, ok := a.(*net.TCPAddr); !ok {
+		return netip.AddrPort{}
 	}
-	return netip.AddrPort{}
+	ap, _ := netaddr.FromNet(a)
+	return ap
 }
 
 // handshakeLogInterval is how often, at most, handshake failures of one

@@ -56,9 +56,10 @@ type Listener struct {
 	// Retired are the chain servers out of service that still have
 	// connections draining (their chain changed or went away).
 	Retired []Chain
-	// RBAC are the decisions of the RBAC filters since the listener
-	// started, by filter instance name.
-	RBAC []rpcpath.RBACCount
+	// Counted are the outcomes the listener's HTTP filters counted since
+	// it started (RBAC decisions, ...), by filter kind and instance name
+	// (rpcpath.Counts).
+	Counted []rpcpath.FilterCount
 	// NonXDSCreds describes the server's transport credentials when they
 	// are not xDS credentials: filter chains with a transport_socket are
 	// then served without the TLS it asks for (gRFC A29). Empty when they

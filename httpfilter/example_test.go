@@ -1,0 +1,99 @@
+package httpfilter_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/proxyless-grpc/xds/httpfilter"
+)
+
+// connBudget is a filter that gives each connection a budget of RPCs
+// (per-connection state), slows down the last RPC within budget (work
+// after the tap: it may block) and refuses the rest. Its config is a
+// google.protobuf.UInt32Value, the budget.
+type connBudget struct{}
+
+func (connBudget) ConfigTypeURLs() []string {
+	return []string{"type.googleapis.com/google.protobuf.UInt32Value"}
+}
+func (connBudget) OverrideTypeURLs() []string { return nil }
+
+func (connBudget) ParseConfig(raw httpfilter.RawConfig) (httpfilter.Config, error) {
+	m := &wrapperspb.UInt32Value{}
+	if err := raw.UnmarshalTo(m); err != nil {
+		return nil, err
+	}
+	if m.GetValue() == 0 {
+		return nil, errors.New("value: 0, want a budget of at least 1 RPC")
+	}
+	return int64(m.GetValue()), nil
+}
+
+func (connBudget) ParseOverride(httpfilter.RawConfig) (httpfilter.Config, error) {
+	return nil, errors.New("connBudget takes no per-route overrides")
+}
+
+// Needs asks the server for a ConnState per connection and for running
+// the work steps leave for after the tap.
+func (connBudget) Needs() httpfilter.Needs { return httpfilter.Needs{After: true, ConnState: true} }
+
+func (connBudget) BuildStep(_ string, config, _ httpfilter.Config) (httpfilter.Step, error) {
+	return &budgetStep{budget: config.(int64)}, nil
+}
+
+type budgetStep struct{ budget int64 }
+
+// counter is one connection's count of RPCs.
+type counter struct{ n int64 }
+
+func (s *budgetStep) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, error) {
+	c := rpc.Conn.GetOrInit(s, func() any { return &counter{} }).(*counter)
+	n := atomic.AddInt64(&c.n, 1)
+	switch {
+	case n > s.budget:
+		return ctx, status.Error(codes.ResourceExhausted, "connection budget spent")
+	case n == s.budget:
+		return httpfilter.WithAfter(ctx, delay(10*time.Millisecond)), nil
+	}
+	return ctx, nil
+}
+
+// delay holds an RPC back, on its own goroutine, unless it ends first.
+type delay time.Duration
+
+func (d delay) RunAfter(ctx context.Context) error {
+	t := time.NewTimer(time.Duration(d))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Example registers a filter that keeps per-connection state and leaves
+// work for after the tap, then runs its step as the server would for three
+// RPCs on one connection whose budget is two.
+func Example() {
+	httpfilter.Register(connBudget{})
+
+	step, _ := connBudget{}.BuildStep("budget", int64(2), nil)
+	conn := &httpfilter.ConnState{} // the server makes one per connection
+	for i := range 3 {
+		rpc := httpfilter.RPC{Request: httpfilter.Request{FullMethod: "/pkg.Service/Method"}, Conn: conn}
+		ctx, err := step.Run(context.Background(), rpc)
+		fmt.Printf("RPC %d: %v, deferred work: %v\n", i+1, status.Code(err), ctx != context.Background())
+	}
+	// Output:
+	// RPC 1: OK, deferred work: false
+	// RPC 2: OK, deferred work: true
+	// RPC 3: ResourceExhausted, deferred work: false
+}

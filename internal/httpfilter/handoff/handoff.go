@@ -1,0 +1,37 @@
+// Package handoff carries what the public package httpfilter hands to the
+// server's filter framework (internal/httpfilter) without either importing
+// the other's registry: the filters users register, and the context key
+// of the work steps leave for after the tap. It imports nothing of this
+// module, so both can import it.
+package handoff
+
+import "sync"
+
+// AfterKey is the context key under which httpfilter.WithAfter stores the
+// work to run after the tap.
+type AfterKey struct{}
+
+var (
+	mu    sync.RWMutex
+	users []any // adapters of registered filters, in registration order; guarded by mu
+)
+
+// Add records f, an adapter of a user's filter that implements the
+// framework's Filter interface. A later filter takes over the types of an
+// earlier one.
+func Add(f any) {
+	mu.Lock()
+	defer mu.Unlock()
+	users = append(users, f)
+}
+
+// Filters returns the filters added so far, the latest first.
+func Filters() []any {
+	mu.RLock()
+	defer mu.RUnlock()
+	out := make([]any, len(users))
+	for i, f := range users {
+		out[len(users)-1-i] = f
+	}
+	return out
+}

@@ -1,0 +1,49 @@
+package httpfilter
+
+import "context"
+
+// Outcomes describes what the steps of a filter count: RPCs by one of two
+// outcomes (allowed or denied; refused or let through in shadow mode), per
+// filter instance, in an OpenTelemetry counter and, with a Title, on the
+// status page. A filter declares it by implementing CountingFilter; the
+// server then wires the listener's recorders into each step that
+// implements CountingStep. The server knows no filter by name: this is the
+// whole contract. Immutable; filters return one value for the process.
+type Outcomes struct {
+	// Metric is the name of the counter ("grpc.xds_server.rbac.decisions"),
+	// with its Unit and Description; empty: no metric.
+	Metric, Unit, Description string
+	// FilterAttr is the attribute key naming the filter instance (its name
+	// in http_filters); OutcomeAttr the key of the outcome, whose values
+	// are Values[0] and Values[1].
+	FilterAttr, OutcomeAttr string
+	Values                  [2]string
+	// Title heads the status page's table of these counts, one row per
+	// filter instance and one column per outcome (Values, capitalized);
+	// empty: the status page does not show them. None is what the page
+	// says when no instance has counted an RPC yet.
+	Title, None string
+}
+
+// Counter counts one step's RPCs by outcome (0 or 1, the index in
+// Outcomes.Values). The server gives it to the step when it builds the
+// routes; Count takes no lock and allocates nothing, so a step calls it
+// from Run.
+type Counter interface {
+	Count(ctx context.Context, outcome int)
+}
+
+// CountingFilter is implemented by filters whose steps count outcomes.
+type CountingFilter interface {
+	Filter
+	Outcomes() *Outcomes
+}
+
+// CountingStep is implemented by the steps of a CountingFilter: WithCounter
+// returns the step counting with c (a copy; the step itself is immutable).
+// The server calls it once per step when it builds the routes, and only
+// when something records the counts.
+type CountingStep interface {
+	Step
+	WithCounter(c Counter) Step
+}
