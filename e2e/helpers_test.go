@@ -45,7 +45,7 @@ import (
 )
 
 const (
-	defaultTestTimeout      = 10 * time.Second
+	defaultTestTimeout      = testutils.DefaultTimeout
 	defaultTestShortTimeout = 300 * time.Millisecond
 
 	methodEmpty  = "/grpc.testing.TestService/EmptyCall"
@@ -55,11 +55,11 @@ const (
 	chainHeader = "x-chain"
 )
 
+// testContext is testutils.Context, under the name this package's many
+// tests already use.
 func testContext(t *testing.T) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-	t.Cleanup(cancel)
-	return ctx
+	return testutils.Context(t)
 }
 
 // testService is the grpc.testing.TestService of every test server.
