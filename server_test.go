@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -71,15 +72,14 @@ func TestRegisterAfterServeIgnored(t *testing.T) {
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- s.Serve(lis) }()
-	for {
+	testutils.WaitFor(testutils.Context(t), t, "Serve to start", func() error {
 		s.mu.Lock()
-		serving := s.serving
-		s.mu.Unlock()
-		if serving {
-			break
+		defer s.mu.Unlock()
+		if !s.serving {
+			return errors.New("not serving")
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 	s.RegisterService(&grpc.ServiceDesc{ServiceName: "late.Service", HandlerType: (*any)(nil)}, nil)
 	info := s.GetServiceInfo()
 	if _, ok := info["late.Service"]; ok {

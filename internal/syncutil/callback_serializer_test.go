@@ -2,6 +2,7 @@ package syncutil
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -312,13 +313,12 @@ func TestCallbackSerializer_NoGoroutineWhenIdle(t *testing.T) {
 	}
 	close(release)
 	<-ran
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() != before {
-		if time.Now().After(deadline) {
-			t.Fatalf("an idle serializer still has %d goroutine(s)", runtime.NumGoroutine()-before)
+	testutils.WaitFor(testutils.Context(t), t, "the idle serializer's goroutine to exit", func() error {
+		if n := runtime.NumGoroutine() - before; n != 0 {
+			return fmt.Errorf("%d goroutine(s) left", n)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 	s.Close()
 	select {
 	case <-s.Done():
