@@ -329,30 +329,25 @@ func (c *testClient) chainOf(ctx context.Context, t *testing.T, names ...string)
 // waitForChain polls chainOf until it returns want.
 func (c *testClient) waitForChain(ctx context.Context, t *testing.T, want string, names ...string) {
 	t.Helper()
-	var got string
-	for ctx.Err() == nil {
-		if got = c.chainOf(ctx, t, names...); got == want {
-			return
+	testutils.WaitFor(ctx, t, fmt.Sprintf("a connection served by chain %q", want), func() error {
+		if got := c.chainOf(ctx, t, names...); got != want {
+			return fmt.Errorf("served by chain %q", got)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("connection served by chain %q, want %q", got, want)
+		return nil
+	})
 }
 
 // waitForCode polls rpc until it returns want.
 func waitForCode(ctx context.Context, t *testing.T, what string, want codes.Code, rpc func(context.Context) codes.Code) {
 	t.Helper()
-	got := codes.Unknown
-	for ctx.Err() == nil {
+	testutils.WaitFor(ctx, t, fmt.Sprintf("%s: code %v", what, want), func() error {
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
-		got = rpc(rctx)
-		cancel()
-		if got == want {
-			return
+		defer cancel()
+		if got := rpc(rctx); got != want {
+			return fmt.Errorf("got code %v", got)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("%s: got code %v, want %v", what, got, want)
+		return nil
+	})
 }
 
 // stream is an open FullDuplexCall.
