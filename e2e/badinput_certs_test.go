@@ -162,7 +162,10 @@ func TestBadInputCerts(t *testing.T) {
 				waitForCode(ctx, t, "mTLS before the rotation", codes.OK, good.emptyCallNoOpts)
 				good.Close()
 				tc.rotate(t, cert, key)
-				time.Sleep(200 * time.Millisecond) // several refresh intervals
+				// The provider warns, naming the files, when a re-read
+				// fails and it keeps the previous pair: then it has read
+				// the rotated files.
+				warningsOf(cert).waitCount(ctx, t, 1, "re-reading the identity files failed")
 			}
 			if tc.keepsOld {
 				// The previous pair keeps serving new handshakes.

@@ -284,7 +284,11 @@ func TestRouting_ListenerUpdateWaitsForRDS(t *testing.T) {
 	if _, err := env.ms.WaitForRequest(ctx, e2e.IsSubscription(resourcev3.RouteType, "rds-B")); err != nil {
 		t.Fatalf("waiting for the RDS subscription: %v", err)
 	}
-	time.Sleep(defaultTestShortTimeout)
+	// The listener has handled the update (and would have applied it too
+	// early) by the time the xDS client ACKs it.
+	if _, err := env.ms.WaitForRequest(ctx, e2e.IsACK(resourcev3.ListenerType, "2")); err != nil {
+		t.Fatalf("waiting for the ACK of the Listener update: %v", err)
+	}
 	c := newClient(t, addr, "127.0.0.1", 0)
 	if got := c.chainOf(ctx, t, "A", "B"); got != "A" {
 		t.Fatalf("before the RouteConfiguration arrived, a new connection got chain %q's routes, want the old Listener's (%q)", got, "A")

@@ -227,11 +227,16 @@ func TestServe_StopAndServeAfterStop(t *testing.T) {
 	t.Parallel()
 	for _, stop := range []string{"Stop", "GracefulStop"} {
 		t.Run(stop, func(t *testing.T) {
+			ctx := testContext(t)
 			env := newTestEnv(t)
 			s := env.newServer(t)
 			lis, _ := listen(t, "127.0.0.1")
 			s.serveOn(lis)
-			time.Sleep(50 * time.Millisecond) // let Serve start; Stop must work at any point
+			// Serve has started once the server subscribes to its Listener.
+			name := e2e.ServerListenerName(hostPort(lis.Addr()))
+			if _, err := env.ms.WaitForRequest(ctx, e2e.IsSubscription(resourcev3.ListenerType, name)); err != nil {
+				t.Fatalf("waiting for the Listener subscription: %v", err)
+			}
 			if stop == "Stop" {
 				s.Stop()
 			} else {
@@ -744,7 +749,6 @@ func TestServingModes_RapidFlaps(t *testing.T) {
 		} else {
 			env.update(ctx, t, []*listenerpb.Listener{simpleListener(addr)}, nil)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	// The last update re-added the Listener (i = flaps-1 is odd).
 	if _, err := env.ms.WaitForRequest(ctx, e2e.IsACK(resourcev3.ListenerType, strconv.Itoa(flaps+1))); err != nil {
@@ -752,7 +756,9 @@ func TestServingModes_RapidFlaps(t *testing.T) {
 	}
 	c := newClient(t, addr, "127.0.0.1", 0)
 	waitForCode(ctx, t, "EmptyCall after the flaps", codes.OK, c.emptyCallNoOpts)
-	time.Sleep(defaultTestShortTimeout)
+	// The listener calls the serving-mode callback while it handles an
+	// update, before the xDS client ACKs it: by the ACK of the last version
+	// (awaited above) every callback has been recorded.
 	last := connectivity.ServingModeServing // from startServing
 	n := 0
 	for {
