@@ -17,6 +17,7 @@ import (
 )
 
 func TestNewGRPCServerErrors(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	mgmtAddr := "127.0.0.1:1"
 	good := e2e.Bootstrap(t, e2e.BootstrapOptions{ServerURIs: []string{mgmtAddr}, ServerListenerResourceNameTemplate: "%s"})
 	nop := func(ctx context.Context, _ *tap.Info) (context.Context, error) { return ctx, nil }
@@ -60,6 +61,7 @@ func TestNewGRPCServerErrors(t *testing.T) {
 // TestRegisterAfterServeIgnored: RegisterService after Serve is ignored, and
 // GetServiceInfo lists what was registered before; Serve after Stop fails.
 func TestRegisterAfterServeIgnored(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	bs := e2e.Bootstrap(t, e2e.BootstrapOptions{ServerURIs: []string{"127.0.0.1:1"}, ServerListenerResourceNameTemplate: "%s"})
 	s, err := NewGRPCServer(BootstrapContents(bs))
 	if err != nil {

@@ -41,6 +41,7 @@ func TestDependencies(t *testing.T) {
 // sent to the management server, generic_xds_configs only. The answer stays
 // the same once the management server is down (cached configuration).
 func TestACKedListenerAndRoute(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ctx := testutils.Context(t)
 	env := newTestEnv(t)
 	cl := startCSDS(t)
@@ -113,6 +114,7 @@ func TestACKedListenerAndRoute(t *testing.T) {
 // applied and shows the same error state (gRFC A40 "continue after first
 // error").
 func TestNACKErrorState(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ctx := testutils.Context(t)
 	env := newTestEnv(t)
 	cl := startCSDS(t)
@@ -170,6 +172,7 @@ func TestNACKErrorState(t *testing.T) {
 // A Listener that does not arrive is REQUESTED, and DOES_NOT_EXIST once the
 // resource timer fires.
 func TestRequestedThenDoesNotExist(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ctx := testutils.Context(t)
 	env := newTestEnv(t)
 	cl := startCSDS(t)
@@ -187,6 +190,7 @@ func TestRequestedThenDoesNotExist(t *testing.T) {
 // the moment; a request with node_matchers ends it with INVALID_ARGUMENT,
 // and the unary method refuses one too (gRFC A40).
 func TestStreamAndNodeMatchers(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ctx := testutils.Context(t)
 	env := newTestEnv(t)
 	cl := startCSDS(t)
@@ -242,6 +246,7 @@ func TestStreamAndNodeMatchers(t *testing.T) {
 // default pool, each with its own node (unlike grpc-go, which reports only
 // its default pool).
 func TestEveryClientReported(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ctx := testutils.Context(t)
 	envA := newTestEnv(t)
 	envB := newTestEnvFor(t, envA.ms, envA.nodeID+"-b")
@@ -263,6 +268,7 @@ func TestEveryClientReported(t *testing.T) {
 // CSDS registered on the xds.GRPCServer itself answers over that server's
 // own listener once it serves.
 func TestRegisterOnXDSServer(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ctx := testutils.Context(t)
 	env := newTestEnv(t)
 	serving := make(chan struct{}, 1)
@@ -316,6 +322,7 @@ func TestRegisterNilAndClose(t *testing.T) {
 // With the resource_timer_is_transient_error server feature, a Listener that
 // does not arrive before the timer is reported TIMEOUT (gRFC A88).
 func TestTimeout(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ctx := testutils.Context(t)
 	env := newTestEnv(t)
 	env.bootstrap = e2e.Bootstrap(t, e2e.BootstrapOptions{

@@ -156,6 +156,8 @@ func (e *chaosEnv) holdVersion(ctx context.Context, t *testing.T, v int, d time.
 		if !e.expectVersion(ctx, t, v, when) {
 			return
 		}
+		// Pacing: the hold is a length of time under fault by design;
+		// this spaces its samples, it does not wait for anything.
 		time.Sleep(100 * time.Millisecond)
 	}
 }
@@ -234,6 +236,8 @@ func (l *chaosLoad) loop(rpc func() error, what string) {
 		} else {
 			l.ok.Add(1)
 		}
+		// Pacing: steady load, not a busy loop that starves the server
+		// of the two cores CI gives it.
 		time.Sleep(2 * time.Millisecond)
 	}
 }

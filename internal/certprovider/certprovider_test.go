@@ -42,6 +42,7 @@ func serialOf(t *testing.T, h *certprovider.Handle) string {
 // TestShareAndRelease: one provider per configuration, stopped with the last
 // reference.
 func TestShareAndRelease(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ca := testcerts.NewCA(t, "ca")
 	f := testcerts.WriteFiles(t, t.TempDir(), ca.Issue(t, testcerts.LeafOptions{CommonName: "a"}), ca.PEM)
 	s := certprovider.NewStore(nil)
@@ -87,6 +88,7 @@ func TestShareAndRelease(t *testing.T) {
 // half-done rotation (cert and key that do not match) keeps the previous
 // pair; missing files at start are an error until they appear.
 func TestRotation(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ca := testcerts.NewCA(t, "ca")
 	dir := t.TempDir()
 	first := ca.Issue(t, testcerts.LeafOptions{CommonName: "first"})
@@ -125,6 +127,7 @@ func TestRotation(t *testing.T) {
 }
 
 func TestMissingFiles(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ca := testcerts.NewCA(t, "ca")
 	dir := t.TempDir()
 	s := certprovider.NewStore(nil)

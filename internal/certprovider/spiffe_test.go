@@ -18,6 +18,7 @@ import (
 )
 
 func TestParseBundleMap(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	a := testcerts.NewCAUntil(t, "a", time.Now().Add(3*time.Hour).Truncate(time.Second))
 	a2 := testcerts.NewCAUntil(t, "a2", time.Now().Add(2*time.Hour).Truncate(time.Second))
 	b := testcerts.NewCAUntil(t, "b", time.Now().Add(5*time.Hour).Truncate(time.Second))
@@ -78,6 +79,7 @@ func TestParseBundleMap(t *testing.T) {
 // leaves the provider without trust (its identity is unaffected) until a
 // good one is written; a later broken write keeps the previous map.
 func TestSPIFFEProvider(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ca := testcerts.NewCA(t, "ca")
 	a := testcerts.NewCA(t, "a")
 	b := testcerts.NewCA(t, "b")

@@ -171,6 +171,7 @@ func checkResponse(t *testing.T, resp *discoverypb.DiscoveryResponse, wantVersio
 }
 
 func TestManagementServer_SubscribeReceiveUpdateAck(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ctx := testutils.Context(t)
 	ms := startServer(t, Options{})
 	lis := DefaultServerListener("127.0.0.1", 1234, "")
@@ -205,6 +206,7 @@ func TestManagementServer_SubscribeReceiveUpdateAck(t *testing.T) {
 // A resource published after the client asked for it is sent at once; before
 // that, the first request gets an empty answer.
 func TestManagementServer_LateResource(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ctx := testutils.Context(t)
 	ms := startServer(t, Options{})
 	c := newADSClient(t, ms.Address)
@@ -223,6 +225,7 @@ func TestManagementServer_LateResource(t *testing.T) {
 // Deleting a Listener subscribed by name sends a response without it; a type
 // left out of Update is not touched.
 func TestManagementServer_ListenerDeletion(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ctx := testutils.Context(t)
 	ms := startServer(t, Options{})
 	l1 := DefaultServerListener("127.0.0.1", 1, "")
@@ -258,6 +261,7 @@ func TestManagementServer_ListenerDeletion(t *testing.T) {
 // A RouteConfiguration deletion cannot be expressed in state-of-the-world, so
 // nothing is sent; a new version of it is.
 func TestManagementServer_RouteDeletionNotSent(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ctx := testutils.Context(t)
 	ms := startServer(t, Options{})
 	rc := DefaultRouteConfig("route-1")
@@ -297,6 +301,7 @@ func nack(resp *discoverypb.DiscoveryResponse, lastGood string, names ...string)
 // response, which the cache alone would answer again at once); the next
 // update is.
 func TestManagementServer_NACK(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ctx := testutils.Context(t)
 	ms := startServer(t, Options{})
 	lis := DefaultServerListener("127.0.0.1", 1, "")
@@ -348,6 +353,7 @@ func TestManagementServer_NACK(t *testing.T) {
 }
 
 func TestManagementServer_StopRestartKeepsResources(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ctx := testutils.Context(t)
 	var mu sync.Mutex
 	var opened, closed []int64
@@ -397,6 +403,7 @@ func TestManagementServer_StopRestartKeepsResources(t *testing.T) {
 }
 
 func TestManagementServer_CustomListener(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ctx := testutils.Context(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -421,6 +428,7 @@ func TestManagementServer_CustomListener(t *testing.T) {
 // Invalid resources are delivered as pushed: a Listener that gRPC must NACK,
 // and a RouteConfiguration pushed under the Listener type URL.
 func TestManagementServer_InvalidResourcesUnchanged(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ctx := testutils.Context(t)
 	ms := startServer(t, Options{})
 	bad := DefaultServerListener("127.0.0.1", 1, "")
@@ -480,6 +488,7 @@ func keys(m map[string]proto.Message) []string {
 }
 
 func TestManagementServer_UpdateErrors(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ctx := testutils.Context(t)
 	ms := startServer(t, Options{})
 	l := DefaultServerListener("127.0.0.1", 1, "")
@@ -512,6 +521,7 @@ func TestManagementServer_UpdateErrors(t *testing.T) {
 }
 
 func TestManagementServer_RequestsAndCallbacks(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ctx := testutils.Context(t)
 	var mu sync.Mutex
 	var seen []string

@@ -34,6 +34,7 @@ func closeAndWait(t *testing.T, s *CallbackSerializer) {
 }
 
 func TestCallbackSerializer_RunsInScheduleOrder(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	s := NewCallbackSerializer()
 	defer closeAndWait(t, s)
 
@@ -69,6 +70,7 @@ func TestCallbackSerializer_RunsInScheduleOrder(t *testing.T) {
 // Callbacks scheduled concurrently never overlap, and the callbacks of each
 // scheduling goroutine run in that goroutine's order.
 func TestCallbackSerializer_FIFOUnderConcurrentScheduling(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	s := NewCallbackSerializer()
 	defer closeAndWait(t, s)
 
@@ -127,6 +129,7 @@ func waitGroupWithTimeout(t *testing.T, wg *sync.WaitGroup) {
 }
 
 func TestCallbackSerializer_ScheduleAfterClose(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	s := NewCallbackSerializer()
 	closeAndWait(t, s)
 
@@ -143,6 +146,7 @@ func TestCallbackSerializer_ScheduleAfterClose(t *testing.T) {
 }
 
 func TestCallbackSerializer_ScheduleOrOnOpenSerializer(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	s := NewCallbackSerializer()
 	defer closeAndWait(t, s)
 
@@ -160,6 +164,7 @@ func TestCallbackSerializer_ScheduleOrOnOpenSerializer(t *testing.T) {
 // Callbacks queued before Close still run, with a cancelled context, and Done
 // is closed only after the last of them returned.
 func TestCallbackSerializer_CloseRunsQueuedCallbacks(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	s := NewCallbackSerializer()
 	block := make(chan struct{})
 	s.TrySchedule(func(context.Context) { <-block })
@@ -188,6 +193,7 @@ func TestCallbackSerializer_CloseRunsQueuedCallbacks(t *testing.T) {
 }
 
 func TestCallbackSerializer_CloseFromCallback(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	s := NewCallbackSerializer()
 	var afterClose atomic.Bool
 	var errInCallback error
@@ -216,6 +222,7 @@ func TestCallbackSerializer_CloseFromCallback(t *testing.T) {
 }
 
 func TestCallbackSerializer_CallbackSchedulesCallback(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	s := NewCallbackSerializer()
 	defer closeAndWait(t, s)
 
@@ -244,6 +251,7 @@ func TestCallbackSerializer_CallbackSchedulesCallback(t *testing.T) {
 // Done closes after Close even when nothing was ever scheduled, and the
 // serializer keeps working after being idle.
 func TestCallbackSerializer_IdleThenClose(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	s := NewCallbackSerializer()
 	select {
 	case <-s.Done():
@@ -259,6 +267,7 @@ func TestCallbackSerializer_IdleThenClose(t *testing.T) {
 // Concurrent Close and TrySchedule: every callback for which TrySchedule
 // returned true runs; the others never do.
 func TestCallbackSerializer_CloseRacesSchedule(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	for range 50 {
 		s := NewCallbackSerializer()
 		var accepted, ran atomic.Int32
@@ -299,6 +308,7 @@ func BenchmarkCallbackSerializer(b *testing.B) {
 // TestCallbackSerializer_NoGoroutineWhenIdle: the serializer's goroutine
 // exists only while callbacks are queued or running.
 func TestCallbackSerializer_NoGoroutineWhenIdle(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	before := runtime.NumGoroutine()
 	s := NewCallbackSerializer()
 	if n := runtime.NumGoroutine(); n != before {
@@ -331,6 +341,7 @@ func TestCallbackSerializer_NoGoroutineWhenIdle(t *testing.T) {
 // runs on the caller's goroutine, followed by what was queued meanwhile; on
 // a busy one it is queued behind the running callback, in order.
 func TestCallbackSerializer_RunOrSchedule(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	s := NewCallbackSerializer()
 	defer func() { s.Close(); <-s.Done() }()
 	var order []int

@@ -236,9 +236,12 @@ func newClient(t *testing.T, bo e2e.BootstrapOptions, opts xdsclient.Options) *x
 }
 
 // testContext is testutils.Context, under the name this package's many
-// tests already use.
+// tests already use, and checks that the test leaves no goroutine behind
+// (testutils.CheckGoroutines; the package's tests do not run in parallel).
+// Call it first in a test, before anything registers a cleanup.
 func testContext(t *testing.T) context.Context {
 	t.Helper()
+	testutils.CheckGoroutines(t)
 	return testutils.Context(t)
 }
 
