@@ -588,3 +588,41 @@ func DefaultServerListener(host string, port uint32, routeName string) *listener
 func DefaultRouteConfig(name string) *routepb.RouteConfiguration {
 	return &routepb.RouteConfiguration{Name: name, VirtualHosts: []*routepb.VirtualHost{{Name: "vh", Domains: []string{"*"}}}}
 }
+
+// WaitForAnswer returns once a client ACKed or NACKed the version the last
+// Update published, not before, and at once for a type never updated.
+func TestManagementServer_WaitForAnswer(t *testing.T) {
+	testutils.CheckGoroutines(t)
+	ctx := testutils.Context(t)
+	ms := startServer(t, Options{})
+	if err := ms.WaitForAnswer(ctx, ldsType); err != nil {
+		t.Fatalf("WaitForAnswer before any Update: %v", err)
+	}
+	lis := DefaultServerListener("127.0.0.1", 1, "")
+	if err := ms.Update(ctx, Resources{Listeners: []*listenerpb.Listener{lis}}); err != nil {
+		t.Fatal(err)
+	}
+	c := newADSClient(t, ms.Address)
+	c.subscribe(ldsType, nil, lis.GetName())
+	resp := c.recv(ctx)
+	// Unanswered: the wait ends with its context.
+	sctx, cancel := context.WithTimeout(ctx, defaultTestShortTimeout)
+	defer cancel()
+	if err := ms.WaitForAnswer(sctx, ldsType); err == nil {
+		t.Fatal("WaitForAnswer returned nil before the response was answered")
+	}
+	c.send(nack(resp, "", lis.GetName()))
+	if err := ms.WaitForAnswer(ctx, ldsType); err != nil {
+		t.Fatalf("WaitForAnswer after a NACK: %v", err)
+	}
+
+	lis2 := DefaultServerListener("127.0.0.1", 1, "route")
+	if err := ms.Update(ctx, Resources{Listeners: []*listenerpb.Listener{lis2}}); err != nil {
+		t.Fatal(err)
+	}
+	resp = c.recv(ctx)
+	c.subscribe(ldsType, resp, lis.GetName())
+	if err := ms.WaitForAnswer(ctx, ldsType); err != nil {
+		t.Fatalf("WaitForAnswer after an ACK: %v", err)
+	}
+}
