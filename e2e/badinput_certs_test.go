@@ -189,7 +189,7 @@ func TestBadInputCerts(t *testing.T) {
 			if got := newClient(t, addr, "127.0.0.2", 0).emptyCall(ctx); got != codes.OK {
 				t.Errorf("new plaintext client after the certificate problem: %v, want OK", got)
 			}
-			s.modes.expectNone(t, addr, 50*time.Millisecond)
+			s.modes.expectNoneBy(ctx, t, env.ms, addr)
 		})
 	}
 }

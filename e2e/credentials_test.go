@@ -254,7 +254,7 @@ func TestCredsHandshakeFailureIsolated(t *testing.T) {
 		t.Errorf("new good client after failed handshakes: %v, want OK", code)
 	}
 	st.finish(t)
-	s.modes.expectNone(t, addr, defaultTestShortTimeout)
+	s.modes.expectNoneBy(ctx, t, env.ms, addr)
 }
 
 // A Listener naming a certificate provider instance the bootstrap does not
@@ -281,7 +281,7 @@ func TestCredsUnknownInstanceNACKed(t *testing.T) {
 	if code := newClient(t, addr, "127.0.0.1", 0, tlsClientCreds(pki.ca.Pool, nil)).emptyCall(ctx); code != codes.OK {
 		t.Errorf("EmptyCall after the NACK: %v, want OK (the previous Listener)", code)
 	}
-	s.modes.expectNone(t, addr, defaultTestShortTimeout)
+	s.modes.expectNoneBy(ctx, t, env.ms, addr)
 }
 
 // The credentials on a server that is not an xDS server use the fallback.

@@ -28,6 +28,7 @@ import (
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -249,6 +250,29 @@ func (r *modeRecorder) expectNone(t *testing.T, addr net.Addr, d time.Duration) 
 	case args := <-r.ch(addr.String()):
 		t.Errorf("serving mode of %v changed to %v (err: %v), want no change", addr, args.Mode, args.Err)
 	case <-timer.C:
+	}
+}
+
+// expectNoneBy fails the test if addr's serving mode changed by the time
+// the xDS client answered (ACKed or NACKed) the last update of each of
+// typeURLs (the Listener type if none): the listener calls the serving-mode
+// callback while it handles an update, before the client answers, so a
+// change the update caused would be recorded by then. Unlike expectNone,
+// it waits for progress, not for a length of time.
+func (r *modeRecorder) expectNoneBy(ctx context.Context, t *testing.T, ms *e2e.ManagementServer, addr net.Addr, typeURLs ...string) {
+	t.Helper()
+	if len(typeURLs) == 0 {
+		typeURLs = []string{resourcev3.ListenerType}
+	}
+	for _, u := range typeURLs {
+		if err := ms.WaitForAnswer(ctx, u); err != nil {
+			t.Fatalf("waiting for the answer to the last update of %s: %v", u, err)
+		}
+	}
+	select {
+	case args := <-r.ch(addr.String()):
+		t.Errorf("serving mode of %v changed to %v (err: %v), want no change", addr, args.Mode, args.Err)
+	default:
 	}
 }
 

@@ -209,7 +209,7 @@ func TestRouting_RDS(t *testing.T) {
 	if _, err := env.ms.WaitForRequest(ctx, e2e.IsSubscription(resourcev3.RouteType, "rds-A")); err != nil {
 		t.Fatalf("waiting for the RDS subscription: %v", err)
 	}
-	s.modes.expectNone(t, addr, defaultTestShortTimeout)
+	s.modes.expectNoneBy(ctx, t, env.ms, addr)
 	expectClosedNoBytes(t, addr, "127.0.0.1")
 
 	// The RouteConfiguration: serving, with its routes.
@@ -266,7 +266,7 @@ func TestRouting_RDSUpdateOnly(t *testing.T) {
 	if got := c.dials.Load(); got != 1 {
 		t.Errorf("client dialed %d times, want 1 (an RDS update must not drain connections)", got)
 	}
-	s.modes.expectNone(t, addr, defaultTestShortTimeout)
+	s.modes.expectNoneBy(ctx, t, env.ms, addr, resourcev3.ListenerType, resourcev3.RouteType)
 }
 
 // TestRouting_ListenerUpdateWaitsForRDS checks that a Listener update that
@@ -296,7 +296,7 @@ func TestRouting_ListenerUpdateWaitsForRDS(t *testing.T) {
 	env.update(ctx, t, []*listenerpb.Listener{l2}, []*routepb.RouteConfiguration{routeConfig("rds-B", chainRoutes("B"))})
 	c2 := newClient(t, addr, "127.0.0.1", 0)
 	c2.waitForChain(ctx, t, "B", "A", "B")
-	s.modes.expectNone(t, addr, defaultTestShortTimeout)
+	s.modes.expectNoneBy(ctx, t, env.ms, addr, resourcev3.ListenerType, resourcev3.RouteType)
 }
 
 // TestRouting_RDSDoesNotExist checks that a RouteConfiguration that does not
@@ -421,7 +421,7 @@ func TestRouting_RDSWatchLifecycle(t *testing.T) {
 	env.update(ctx, t, []*listenerpb.Listener{rds(a1), rds(a2)}, nil)
 	newClient(t, a1, "127.0.0.1", 0).waitForChain(ctx, t, "A", names...)
 	newClient(t, a2, "127.0.0.1", 0).waitForChain(ctx, t, "A", names...)
-	s.modes.expectNone(t, a1, defaultTestShortTimeout)
+	s.modes.expectNoneBy(ctx, t, env.ms, a1, resourcev3.ListenerType, resourcev3.RouteType)
 }
 
 // TestRouting_PendingListenerSuperseded checks that a Listener update

@@ -393,14 +393,14 @@ func TestServingModes(t *testing.T) {
 		t.Errorf("EmptyCall on a new connection while not serving succeeded")
 	}
 	cancel()
-	s.modes.expectNone(t, addr, defaultTestShortTimeout)
+	s.modes.expectNoneBy(ctx, t, env.ms, addr)
 
 	// Back.
 	env.update(ctx, t, []*listenerpb.Listener{simpleListener(addr)}, nil)
 	s.modes.wait(ctx, t, addr, connectivity.ServingModeServing)
 	waitForCode(ctx, t, "EmptyCall after the Listener is back", codes.OK, func(ctx context.Context) codes.Code { return c2.emptyCall(ctx) })
 	waitForCode(ctx, t, "EmptyCall on the first client after the Listener is back", codes.OK, func(ctx context.Context) codes.Code { return c.emptyCall(ctx) })
-	s.modes.expectNone(t, addr, defaultTestShortTimeout)
+	s.modes.expectNoneBy(ctx, t, env.ms, addr)
 }
 
 // TestServingModes_AddressMismatch checks that a Listener whose address is
@@ -431,7 +431,7 @@ func TestServingModes_AddressMismatch(t *testing.T) {
 	env.update(ctx, t, []*listenerpb.Listener{listenerAt(addr, wrongIP, []chainSpec{{name: "A"}}, nil)}, nil)
 	s.modes.wait(ctx, t, addr, connectivity.ServingModeNotServing)
 	expectClosedNoBytes(t, addr, "127.0.0.1")
-	s.modes.expectNone(t, addr, defaultTestShortTimeout)
+	s.modes.expectNoneBy(ctx, t, env.ms, addr)
 }
 
 // TestServingModes_AnyPort checks the 2026 update of gRFC A36
@@ -533,7 +533,7 @@ func TestServe_SeveralListenersIndependent(t *testing.T) {
 		t.Fatalf("EmptyCall on listener 1: %v, want OK", got)
 	}
 	expectClosedNoBytes(t, a2, "127.0.0.1")
-	s.modes.expectNone(t, a2, defaultTestShortTimeout)
+	s.modes.expectNoneBy(ctx, t, env.ms, a2)
 
 	// Swap: listener 1 loses its Listener, listener 2 gets one.
 	env.update(ctx, t, []*listenerpb.Listener{simpleListener(a2)}, nil)
@@ -548,7 +548,7 @@ func TestServe_SeveralListenersIndependent(t *testing.T) {
 	// Both.
 	env.update(ctx, t, []*listenerpb.Listener{simpleListener(a1), simpleListener(a2)}, nil)
 	s.modes.wait(ctx, t, a1, connectivity.ServingModeServing)
-	s.modes.expectNone(t, a2, defaultTestShortTimeout)
+	s.modes.expectNoneBy(ctx, t, env.ms, a2)
 	waitForCode(ctx, t, "EmptyCall on listener 1", codes.OK, func(ctx context.Context) codes.Code { return c1.emptyCall(ctx) })
 }
 
@@ -686,7 +686,7 @@ func TestListenerNACK(t *testing.T) {
 	if _, err := env.ms.WaitForRequest(ctx, after(seen, e2e.IsNACK(resourcev3.ListenerType))); err != nil {
 		t.Fatalf("waiting for the second NACK: %v", err)
 	}
-	s.modes.expectNone(t, addr, defaultTestShortTimeout)
+	s.modes.expectNoneBy(ctx, t, env.ms, addr)
 	if got := c.emptyCall(ctx); got != codes.OK {
 		t.Errorf("EmptyCall after a NACKed update: %v, want OK", got)
 	}
@@ -834,7 +834,7 @@ func TestListenerNACK_Reasons(t *testing.T) {
 			if _, err := env.ms.WaitForRequest(ctx, e2e.IsNACK(resourcev3.ListenerType)); err != nil {
 				t.Fatalf("waiting for a NACK: %v", err)
 			}
-			s.modes.expectNone(t, addr, defaultTestShortTimeout)
+			s.modes.expectNoneBy(ctx, t, env.ms, addr)
 			if got := c.emptyCall(ctx); got != codes.OK {
 				t.Errorf("EmptyCall after the NACK: %v, want OK", got)
 			}
