@@ -4,11 +4,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
 func TestParseOptions(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	so, err := parseOptions(nil)
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 )
 
 func TestNewGRPCServerErrors(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	mgmtAddr := "127.0.0.1:1"
 	good := e2e.Bootstrap(t, e2e.BootstrapOptions{ServerURIs: []string{mgmtAddr}, ServerListenerResourceNameTemplate: "%s"})
 	nop := func(ctx context.Context, _ *tap.Info) (context.Context, error) { return ctx, nil }
@@ -59,6 +61,7 @@ func TestNewGRPCServerErrors(t *testing.T) {
 // TestRegisterAfterServeIgnored: RegisterService after Serve is ignored, and
 // GetServiceInfo lists what was registered before; Serve after Stop fails.
 func TestRegisterAfterServeIgnored(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	bs := e2e.Bootstrap(t, e2e.BootstrapOptions{ServerURIs: []string{"127.0.0.1:1"}, ServerListenerResourceNameTemplate: "%s"})
 	s, err := NewGRPCServer(BootstrapContents(bs))
 	if err != nil {
@@ -71,15 +74,14 @@ func TestRegisterAfterServeIgnored(t *testing.T) {
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- s.Serve(lis) }()
-	for {
+	testutils.WaitFor(testutils.Context(t), t, "Serve to start", func() error {
 		s.mu.Lock()
-		serving := s.serving
-		s.mu.Unlock()
-		if serving {
-			break
+		defer s.mu.Unlock()
+		if !s.serving {
+			return errors.New("not serving")
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 	s.RegisterService(&grpc.ServiceDesc{ServiceName: "late.Service", HandlerType: (*any)(nil)}, nil)
 	info := s.GetServiceInfo()
 	if _, ok := info["late.Service"]; ok {

@@ -2,6 +2,7 @@ package csds_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -40,10 +41,12 @@ func TestDependencies(t *testing.T) {
 // sent to the management server, generic_xds_configs only. The answer stays
 // the same once the management server is down (cached configuration).
 func TestACKedListenerAndRoute(t *testing.T) {
-	ctx := testContext(t)
+	testutils.CheckGoroutines(t)
+	ctx := testutils.Context(t)
 	env := newTestEnv(t)
 	cl := startCSDS(t)
-	_, addrs := env.serve(t, 1, nil)
+	mr := testutils.NewMetricReader(t)
+	_, addrs := env.serve(t, 1, nil, xds.MeterProvider(mr.Provider))
 	lisName := e2e.ServerListenerName("127.0.0.1", uint32(addrs[0].Port))
 	lis := e2e.DefaultServerListener("127.0.0.1", uint32(addrs[0].Port), "route-1")
 	route := e2e.DefaultRouteConfig("route-1")
@@ -97,7 +100,8 @@ func TestACKedListenerAndRoute(t *testing.T) {
 	}
 
 	env.ms.Stop()
-	time.Sleep(50 * time.Millisecond) // let the client see the stream fail
+	// The client has seen its stream fail once its connected gauge drops.
+	mr.WaitForValue(ctx, t, "grpc.xds_client.connected", 0)
 	resp, err := cl.FetchClientStatus(ctx, &csdspb.ClientStatusRequest{})
 	if err != nil {
 		t.Fatalf("FetchClientStatus with the management server down: %v", err)
@@ -110,7 +114,8 @@ func TestACKedListenerAndRoute(t *testing.T) {
 // applied and shows the same error state (gRFC A40 "continue after first
 // error").
 func TestNACKErrorState(t *testing.T) {
-	ctx := testContext(t)
+	testutils.CheckGoroutines(t)
+	ctx := testutils.Context(t)
 	env := newTestEnv(t)
 	cl := startCSDS(t)
 	_, addrs := env.serve(t, 2, nil)
@@ -167,7 +172,8 @@ func TestNACKErrorState(t *testing.T) {
 // A Listener that does not arrive is REQUESTED, and DOES_NOT_EXIST once the
 // resource timer fires.
 func TestRequestedThenDoesNotExist(t *testing.T) {
-	ctx := testContext(t)
+	testutils.CheckGoroutines(t)
+	ctx := testutils.Context(t)
 	env := newTestEnv(t)
 	cl := startCSDS(t)
 	pool := xdsclient.NewPool(xdsclient.Options{WatchExpiryTimeout: 500 * time.Millisecond})
@@ -184,7 +190,8 @@ func TestRequestedThenDoesNotExist(t *testing.T) {
 // the moment; a request with node_matchers ends it with INVALID_ARGUMENT,
 // and the unary method refuses one too (gRFC A40).
 func TestStreamAndNodeMatchers(t *testing.T) {
-	ctx := testContext(t)
+	testutils.CheckGoroutines(t)
+	ctx := testutils.Context(t)
 	env := newTestEnv(t)
 	cl := startCSDS(t)
 	_, addrs := env.serve(t, 1, nil)
@@ -213,15 +220,12 @@ func TestStreamAndNodeMatchers(t *testing.T) {
 	if err := env.ms.Update(ctx, e2e.Resources{Listeners: []*listenerpb.Listener{lis}}); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; ; i++ {
-		if g := byResource(ask())[k]; g.GetClientStatus() == adminpb.ClientResourceStatus_ACKED {
-			break
+	testutils.WaitFor(ctx, t, "the stream to report the Listener ACKED", func() error {
+		if g := byResource(ask())[k]; g.GetClientStatus() != adminpb.ClientResourceStatus_ACKED {
+			return fmt.Errorf("status %v", g.GetClientStatus())
 		}
-		if ctx.Err() != nil {
-			t.Fatal("the stream never reported the Listener ACKED")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 
 	matchers := &csdspb.ClientStatusRequest{NodeMatchers: []*matcherpb.NodeMatcher{{NodeId: &matcherpb.StringMatcher{
 		MatchPattern: &matcherpb.StringMatcher_Exact{Exact: env.nodeID},
@@ -242,7 +246,8 @@ func TestStreamAndNodeMatchers(t *testing.T) {
 // default pool, each with its own node (unlike grpc-go, which reports only
 // its default pool).
 func TestEveryClientReported(t *testing.T) {
-	ctx := testContext(t)
+	testutils.CheckGoroutines(t)
+	ctx := testutils.Context(t)
 	envA := newTestEnv(t)
 	envB := newTestEnvFor(t, envA.ms, envA.nodeID+"-b")
 	cl := startCSDS(t)
@@ -263,7 +268,8 @@ func TestEveryClientReported(t *testing.T) {
 // CSDS registered on the xds.GRPCServer itself answers over that server's
 // own listener once it serves.
 func TestRegisterOnXDSServer(t *testing.T) {
-	ctx := testContext(t)
+	testutils.CheckGoroutines(t)
+	ctx := testutils.Context(t)
 	env := newTestEnv(t)
 	serving := make(chan struct{}, 1)
 	_, addrs := env.serve(t, 1, func(s *xds.GRPCServer) {
@@ -316,7 +322,8 @@ func TestRegisterNilAndClose(t *testing.T) {
 // With the resource_timer_is_transient_error server feature, a Listener that
 // does not arrive before the timer is reported TIMEOUT (gRFC A88).
 func TestTimeout(t *testing.T) {
-	ctx := testContext(t)
+	testutils.CheckGoroutines(t)
+	ctx := testutils.Context(t)
 	env := newTestEnv(t)
 	env.bootstrap = e2e.Bootstrap(t, e2e.BootstrapOptions{
 		ServerURIs:                         []string{env.ms.Address},

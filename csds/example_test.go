@@ -71,6 +71,7 @@ func ExampleRegister() {
 		if printConfig(resp, "csds-example") {
 			return
 		}
+		// Pacing the poll: an example cannot use the tests' WaitFor.
 		time.Sleep(10 * time.Millisecond)
 	}
 	// Output:

@@ -2,9 +2,9 @@ package csds_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
-	"time"
 
 	adminpb "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -23,18 +23,9 @@ import (
 func TestMain(m *testing.M) { testutils.VerifyNoLeaks(m) }
 
 const (
-	defaultTestTimeout = 10 * time.Second
-
 	listenerURL = "type.googleapis.com/envoy.config.listener.v3.Listener"
 	routeURL    = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
 )
-
-func testContext(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 type discoveryRequest = discoverypb.DiscoveryRequest
 
@@ -167,21 +158,18 @@ func byResource(c *csdspb.ClientConfig) map[resourceKey]*csdspb.ClientConfig_Gen
 func waitForStatuses(ctx context.Context, t *testing.T, cl csdspb.ClientStatusDiscoveryServiceClient, nodeID string, want map[resourceKey]adminpb.ClientResourceStatus) *csdspb.ClientConfig {
 	t.Helper()
 	var last *csdspb.ClientConfig
-	for {
+	testutils.WaitFor(ctx, t, fmt.Sprintf("statuses %v", want), func() error {
 		resp, err := cl.FetchClientStatus(ctx, &csdspb.ClientStatusRequest{})
 		if err != nil {
-			t.Fatalf("FetchClientStatus: %v", err)
+			return fmt.Errorf("FetchClientStatus: %v", err)
 		}
 		last = configOf(resp, nodeID)
-		if statusesMatch(last, want) {
-			return last
+		if !statusesMatch(last, want) {
+			return fmt.Errorf("last config: %v", last)
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for statuses %v; last config: %v", want, last)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+		return nil
+	})
+	return last
 }
 
 func statusesMatch(c *csdspb.ClientConfig, want map[resourceKey]adminpb.ClientResourceStatus) bool {

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"html"
 	"io"
 	"net"
@@ -31,6 +32,7 @@ import (
 
 	"github.com/proxyless-grpc/xds"
 	"github.com/proxyless-grpc/xds/admin"
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 )
 
@@ -145,18 +147,15 @@ func pageText(body string) string {
 // waitForText polls the page until its text contains want.
 func waitForText(ctx context.Context, t *testing.T, url, want string) string {
 	t.Helper()
-	for {
+	var text string
+	testutils.WaitFor(ctx, t, fmt.Sprintf("the status page to show %q", want), func() error {
 		_, body := fetch(ctx, t, url)
-		text := pageText(body)
-		if strings.Contains(text, want) {
-			return text
+		if text = pageText(body); !strings.Contains(text, want) {
+			return fmt.Errorf("last text:\n%s", text)
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the status page never showed %q; last text:\n%s", want, text)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+		return nil
+	})
+	return text
 }
 
 // checkPageText checks what a person reads on the page of the scenario.

@@ -156,6 +156,8 @@ func (e *chaosEnv) holdVersion(ctx context.Context, t *testing.T, v int, d time.
 		if !e.expectVersion(ctx, t, v, when) {
 			return
 		}
+		// Pacing: the hold is a length of time under fault by design;
+		// this spaces its samples, it does not wait for anything.
 		time.Sleep(100 * time.Millisecond)
 	}
 }
@@ -234,6 +236,8 @@ func (l *chaosLoad) loop(rpc func() error, what string) {
 		} else {
 			l.ok.Add(1)
 		}
+		// Pacing: steady load, not a busy loop that starves the server
+		// of the two cores CI gives it.
 		time.Sleep(2 * time.Millisecond)
 	}
 }
@@ -258,13 +262,12 @@ func (l *chaosLoad) halt() {
 // start, so that a fault window is known to have carried load.
 func (l *chaosLoad) progress(t *testing.T, start int64, n int64, when string) {
 	t.Helper()
-	deadline := time.Now().Add(defaultTestTimeout)
-	for l.ok.Load() < start+n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: the load completed %d RPCs, want at least %d%s", when, l.ok.Load()-start, n, l.summary())
+	testutils.WaitFor(testutils.Context(t), t, fmt.Sprintf("%s: the load to complete %d RPCs", when, n), func() error {
+		if done := l.ok.Load() - start; done < n {
+			return fmt.Errorf("%d completed%s", done, l.summary())
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // summary describes the failed RPCs so far, if any.

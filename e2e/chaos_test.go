@@ -12,6 +12,7 @@ package e2e_test
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 	"github.com/proxyless-grpc/xds/internal/xdsclient"
 )
@@ -51,20 +53,19 @@ func TestChaos(t *testing.T) {
 	// Every scenario is over and cleaned up (servers stopped, clients,
 	// proxies and management servers closed); wait for their goroutines
 	// to exit.
-	var after int
-	deadline := time.Now().Add(defaultTestTimeout)
-	for {
-		after = runtime.NumGoroutine()
-		if after <= before+chaosGoroutineSlack || time.Now().After(deadline) {
-			break
+	ctx := testContext(t)
+	testutils.WaitFor(ctx, t, fmt.Sprintf("at most %d goroutines (%d before the scenarios)", before+chaosGoroutineSlack, before), func() error {
+		after := runtime.NumGoroutine()
+		if after <= before+chaosGoroutineSlack {
+			t.Logf("goroutines: %d before the scenarios, %d after", before, after)
+			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Logf("goroutines: %d before the scenarios, %d after", before, after)
-	if after > before+chaosGoroutineSlack {
+		if ctx.Err() == nil {
+			return fmt.Errorf("%d goroutines", after)
+		}
 		buf := make([]byte, 1<<20)
-		t.Errorf("goroutines grew from %d to %d over the chaos scenarios; stacks:\n%s", before, after, buf[:runtime.Stack(buf, true)])
-	}
+		return fmt.Errorf("%d goroutines; stacks:\n%s", after, buf[:runtime.Stack(buf, true)])
+	})
 }
 
 // testChaosCut: the link to the control plane is cut for 1.5 s (the server's
@@ -207,12 +208,12 @@ func testChaosResetMidResponse(t *testing.T) {
 	for v := 2; v <= 3; v++ {
 		e.proxy.ResetMidResponse()
 		e.pushVersion(ctx, t, v, false)
-		for e.proxy.Resets() < v-1 {
-			if ctx.Err() != nil {
-				t.Fatalf("the proxy did not reset a connection after push v%d", v)
+		testutils.WaitFor(ctx, t, fmt.Sprintf("the proxy to reset a connection after push v%d", v), func() error {
+			if n := e.proxy.Resets(); n < v-1 {
+				return fmt.Errorf("%d resets", n)
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return nil
+		})
 		e.waitForVersion(ctx, t, v)
 	}
 	load.progress(t, load.ok.Load(), 50, "after the resets")

@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"fmt"
 	"math/big"
 	"net"
 	"slices"
@@ -17,6 +18,7 @@ import (
 
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"github.com/google/go-cmp/cmp"
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
@@ -218,17 +220,13 @@ func TestUserInterceptorsAndStatsHandler(t *testing.T) {
 	}
 	// The server reports stats.End after writing the status, so the client
 	// can see an RPC finish a moment before the handler hears of it.
-	ended := sh.ended.get()
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline) &&
-		(!slices.Contains(ended, methodEmpty) || !slices.Contains(ended, methodStream)); ended = sh.ended.get() {
-		time.Sleep(5 * time.Millisecond)
-	}
-	for _, m := range []string{methodEmpty, methodStream} {
-		if !slices.Contains(ended, m) {
-			t.Errorf("stats handler saw successful RPCs %v, want %s among them", ended, m)
+	testutils.WaitFor(ctx, t, fmt.Sprintf("the stats handler to see %s and %s end", methodEmpty, methodStream), func() error {
+		if ended := sh.ended.get(); !slices.Contains(ended, methodEmpty) || !slices.Contains(ended, methodStream) {
+			return fmt.Errorf("it saw %v", ended)
 		}
-	}
-	if slices.Contains(ended, methodUnary) {
+		return nil
+	})
+	if slices.Contains(sh.ended.get(), methodUnary) {
 		t.Errorf("stats handler saw %s succeed, but xDS routing refused it", methodUnary)
 	}
 	sh.mu.Lock()

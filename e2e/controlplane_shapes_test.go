@@ -13,7 +13,6 @@ package e2e_test
 // instances in the deprecated fields only.
 
 import (
-	"context"
 	"encoding/json"
 	"net"
 	"strings"
@@ -130,18 +129,7 @@ func TestIstiodDisableToStrict(t *testing.T) {
 	env.update(ctx, t, []*listenerpb.Listener{withTransportSocket(t, simpleListener(addr), "A", istiodStrictTLS())}, nil)
 	client := pki.ca.Issue(t, testcerts.LeafOptions{CommonName: "client", URIs: []string{"spiffe://cluster.local/ns/default/sa/client"}})
 	mtls := newClient(t, addr, "127.0.0.1", 0, tlsClientCreds(pki.ca.Pool, client))
-	for {
-		rctx, cancel := context.WithTimeout(ctx, time.Second)
-		code := mtls.emptyCall(rctx)
-		cancel()
-		if code == codes.OK {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("mTLS EmptyCall after the switch to STRICT: %v, want OK once the Listener is applied", code)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitForCode(ctx, t, "mTLS EmptyCall after the switch to STRICT", codes.OK, mtls.emptyCallNoOpts)
 	dialFails(ctx, t, addr, "127.0.0.1", grpc.WithTransportCredentials(insecure.NewCredentials()))
 	s.modes.expectNone(t, lis.Addr(), 50*time.Millisecond) // still serving
 	for _, r := range env.ms.Requests() {

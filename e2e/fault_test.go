@@ -14,6 +14,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,11 +23,14 @@ import (
 	faultcommonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/common/fault/v3"
 	faultpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 )
 
@@ -163,7 +167,13 @@ func TestFaultDelay(t *testing.T) {
 		caseRoute("short", map[string]*anypb.Any{name: anyOf(t, &faultpb.HTTPFault{Delay: fixedDelay(300*time.Millisecond, 100)})}),
 		caseRoute("then-abort", map[string]*anypb.Any{name: anyOf(t, &faultpb.HTTPFault{Delay: fixedDelay(200*time.Millisecond, 100), Abort: grpcAbort(codes.Aborted, 100)})}),
 	)
-	c, rec, _, _ := startFault(ctx, t, name, &faultpb.HTTPFault{Delay: fixedDelay(time.Hour, 100)}, rc)
+	env := newTestEnv(t)
+	rec := &handlerRecorder{}
+	hours := &caseArrivals{name: "hour"}
+	_, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
+		return filtersListener(a, []*hcmpb.HttpFilter{httpFilter(t, name, &faultpb.HTTPFault{Delay: fixedDelay(time.Hour, 100)})}, rc, "")
+	}, nil, append(rec.options(), grpc.StatsHandler(hours))...)
+	c := connected(ctx, t, addr)
 
 	start := time.Now()
 	if got := c.emptyCall(withCase(ctx, "short")); got != codes.OK {
@@ -197,8 +207,16 @@ func TestFaultDelay(t *testing.T) {
 	}
 	// Cancellation.
 	cctx, ccancel := context.WithCancel(ctx)
+	arrived := hours.n.Load()
 	go func() { done <- c.emptyCall(withCase(cctx, "hour")) }()
-	time.Sleep(100 * time.Millisecond)
+	// Cancel once the server has the RPC's headers: its delay is then
+	// starting or running.
+	testutils.WaitFor(ctx, t, "the server to receive the RPC to cancel", func() error {
+		if hours.n.Load() == arrived {
+			return errors.New("not received")
+		}
+		return nil
+	})
 	ccancel()
 	if got := <-done; got != codes.Canceled {
 		t.Errorf("delayed RPC cancelled: %v, want CANCELED", got)
@@ -297,3 +315,26 @@ func TestFaultNACK(t *testing.T) {
 		})
 	}
 }
+
+// caseArrivals is a stats.Handler counting the RPCs whose x-case is name
+// when the server receives their headers.
+type caseArrivals struct {
+	name string
+	n    atomic.Int32
+}
+
+func (h *caseArrivals) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+func (h *caseArrivals) HandleRPC(_ context.Context, s stats.RPCStats) {
+	if in, ok := s.(*stats.InHeader); ok {
+		if v := in.Header.Get(caseHeader); len(v) > 0 && v[0] == h.name {
+			h.n.Add(1)
+		}
+	}
+}
+
+func (h *caseArrivals) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+
+func (h *caseArrivals) HandleConn(context.Context, stats.ConnStats) {}

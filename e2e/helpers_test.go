@@ -28,6 +28,7 @@ import (
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -45,7 +46,7 @@ import (
 )
 
 const (
-	defaultTestTimeout      = 10 * time.Second
+	defaultTestTimeout      = testutils.DefaultTimeout
 	defaultTestShortTimeout = 300 * time.Millisecond
 
 	methodEmpty  = "/grpc.testing.TestService/EmptyCall"
@@ -55,11 +56,11 @@ const (
 	chainHeader = "x-chain"
 )
 
+// testContext is testutils.Context, under the name this package's many
+// tests already use.
 func testContext(t *testing.T) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-	t.Cleanup(cancel)
-	return ctx
+	return testutils.Context(t)
 }
 
 // testService is the grpc.testing.TestService of every test server.
@@ -252,6 +253,29 @@ func (r *modeRecorder) expectNone(t *testing.T, addr net.Addr, d time.Duration) 
 	}
 }
 
+// expectNoneBy fails the test if addr's serving mode changed by the time
+// the xDS client answered (ACKed or NACKed) the last update of each of
+// typeURLs (the Listener type if none): the listener calls the serving-mode
+// callback while it handles an update, before the client answers, so a
+// change the update caused would be recorded by then. Unlike expectNone,
+// it waits for progress, not for a length of time.
+func (r *modeRecorder) expectNoneBy(ctx context.Context, t *testing.T, ms *e2e.ManagementServer, addr net.Addr, typeURLs ...string) {
+	t.Helper()
+	if len(typeURLs) == 0 {
+		typeURLs = []string{resourcev3.ListenerType}
+	}
+	for _, u := range typeURLs {
+		if err := ms.WaitForAnswer(ctx, u); err != nil {
+			t.Fatalf("waiting for the answer to the last update of %s: %v", u, err)
+		}
+	}
+	select {
+	case args := <-r.ch(addr.String()):
+		t.Errorf("serving mode of %v changed to %v (err: %v), want no change", addr, args.Mode, args.Err)
+	default:
+	}
+}
+
 // --- clients ---
 
 // testClient is a grpc-go client of one server address whose connections
@@ -329,30 +353,25 @@ func (c *testClient) chainOf(ctx context.Context, t *testing.T, names ...string)
 // waitForChain polls chainOf until it returns want.
 func (c *testClient) waitForChain(ctx context.Context, t *testing.T, want string, names ...string) {
 	t.Helper()
-	var got string
-	for ctx.Err() == nil {
-		if got = c.chainOf(ctx, t, names...); got == want {
-			return
+	testutils.WaitFor(ctx, t, fmt.Sprintf("a connection served by chain %q", want), func() error {
+		if got := c.chainOf(ctx, t, names...); got != want {
+			return fmt.Errorf("served by chain %q", got)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("connection served by chain %q, want %q", got, want)
+		return nil
+	})
 }
 
 // waitForCode polls rpc until it returns want.
 func waitForCode(ctx context.Context, t *testing.T, what string, want codes.Code, rpc func(context.Context) codes.Code) {
 	t.Helper()
-	got := codes.Unknown
-	for ctx.Err() == nil {
+	testutils.WaitFor(ctx, t, fmt.Sprintf("%s: code %v", what, want), func() error {
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
-		got = rpc(rctx)
-		cancel()
-		if got == want {
-			return
+		defer cancel()
+		if got := rpc(rctx); got != want {
+			return fmt.Errorf("got code %v", got)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("%s: got code %v, want %v", what, got, want)
+		return nil
+	})
 }
 
 // stream is an open FullDuplexCall.

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"google.golang.org/grpc/codes"
 )
 
@@ -204,17 +205,18 @@ func (k *hostileCanary) stop() {
 // hostileWaitGoroutines waits until at most max goroutines run.
 func hostileWaitGoroutines(t *testing.T, max int) {
 	t.Helper()
-	deadline := time.Now().Add(defaultTestTimeout)
-	n := runtime.NumGoroutine()
-	for n > max && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-		n = runtime.NumGoroutine()
-	}
-	if n > max {
+	ctx := testContext(t)
+	testutils.WaitFor(ctx, t, fmt.Sprintf("at most %d goroutines after the hostile clients (the count before them plus slack)", max), func() error {
+		n := runtime.NumGoroutine()
+		if n <= max {
+			return nil
+		}
+		if ctx.Err() == nil {
+			return fmt.Errorf("%d goroutines", n)
+		}
 		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		t.Errorf("%d goroutines %v after the hostile clients, want at most %d (the count before them plus slack); goroutines:\n%s", n, defaultTestTimeout, max, buf)
-	}
+		return fmt.Errorf("%d goroutines:\n%s", n, buf[:runtime.Stack(buf, true)])
+	})
 }
 
 // hostileOpenFDs returns the number of open file descriptors of the process, or -1
@@ -234,20 +236,18 @@ func hostileWaitFDs(t *testing.T, max int) {
 	if max < 0 {
 		return
 	}
-	deadline := time.Now().Add(defaultTestTimeout)
-	n := hostileOpenFDs()
-	for n > max && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-		n = hostileOpenFDs()
-	}
-	if n > max {
-		t.Errorf("%d open file descriptors after the hostile clients, want at most %d: the server did not close every connection", n, max)
-	}
+	testutils.WaitFor(testContext(t), t, fmt.Sprintf("at most %d open file descriptors after the hostile clients (the server closing every connection)", max), func() error {
+		if n := hostileOpenFDs(); n > max {
+			return fmt.Errorf("%d open", n)
+		}
+		return nil
+	})
 }
 
-// hostileGoroutines is runtime.NumGoroutine after the goroutines of
-// connections closed a moment ago have had a chance to exit.
+// hostileGoroutines is the goroutine count before the hostile clients.
+// Goroutines of connections closed a moment ago may still be counted: that
+// only loosens the later hostileWaitGoroutines by as many, and never makes
+// it fail, so it is read at once rather than after a pause.
 func hostileGoroutines() int {
-	time.Sleep(100 * time.Millisecond)
 	return runtime.NumGoroutine()
 }

@@ -205,16 +205,12 @@ func tlsAttrs(addr net.Addr, chain string) []attribute.KeyValue {
 // handshake, so failures are counted at least once).
 func waitAtLeast(ctx context.Context, t *testing.T, mr *testutils.MetricReader, name string, min int64, attrs ...attribute.KeyValue) {
 	t.Helper()
-	for {
-		if v, ok := mr.Value(t, name, attrs...); ok && v >= min {
-			return
+	testutils.WaitFor(ctx, t, fmt.Sprintf("metric %s%v >= %d", name, attrs, min), func() error {
+		if v, ok := mr.Value(t, name, attrs...); !ok || v < min {
+			return fmt.Errorf("got %d (recorded: %v); points: %v", v, ok, mr.Points(t, name))
 		}
-		if ctx.Err() != nil {
-			v, _ := mr.Value(t, name, attrs...)
-			t.Fatalf("metric %s%v = %d, want at least %d; points: %v", name, attrs, v, min, mr.Points(t, name))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // --- a management server that requires a JWT (gRFC A97) ---

@@ -138,5 +138,5 @@ func TestIdentityJWTRotated(t *testing.T) {
 
 	env.update(ctx, t, []*listenerpb.Listener{testListener(lis.Addr(), []chainSpec{{name: "B"}}, nil)}, nil)
 	c.waitForChain(ctx, t, "B", "A", "B")
-	s.modes.expectNone(t, lis.Addr(), defaultTestShortTimeout)
+	s.modes.expectNoneBy(ctx, t, env.ms, lis.Addr())
 }

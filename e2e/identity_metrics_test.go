@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"fmt"
 	"net"
 	"path/filepath"
 	"testing"
@@ -60,16 +61,13 @@ func TestIdentityTLSMetrics(t *testing.T) {
 	}
 	waitSeconds := func(name, chain string, want time.Time) {
 		t.Helper()
-		for {
+		testutils.WaitFor(ctx, t, fmt.Sprintf("%s of chain %q = about %.0f", name, chain, time.Until(want).Seconds()), func() error {
 			got, ok := mr.Value(t, name, tlsAttrs(addr, chain)...)
-			if d := time.Until(want).Seconds(); ok && float64(got) > d-10 && float64(got) < d+10 {
-				return
+			if d := time.Until(want).Seconds(); !ok || float64(got) <= d-10 || float64(got) >= d+10 {
+				return fmt.Errorf("got %d (reported: %v)", got, ok)
 			}
-			if ctx.Err() != nil {
-				t.Fatalf("%s of chain %q = %d (reported: %v), want about %.0f", name, chain, got, ok, time.Until(want).Seconds())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 
 	// No handshake yet: no provider runs, no expiry is reported.
@@ -137,17 +135,14 @@ func TestIdentityTLSMetrics(t *testing.T) {
 	// The CA-verified chain leaves the Listener: its gauges go once its
 	// connections have drained.
 	env.update(ctx, t, []*listenerpb.Listener{identityListener(t, addr, chains[:2]...)}, nil)
-	for {
+	testutils.WaitFor(ctx, t, "the expiry gauges of a chain no longer in service to go", func() error {
 		_, cert := mr.Value(t, certExpiry, tlsAttrs(addr, "ca-mtls")...)
 		_, root := mr.Value(t, rootExpiry, tlsAttrs(addr, "ca-mtls")...)
-		if !cert && !root {
-			break
+		if cert || root {
+			return fmt.Errorf("still reported: certificate %v, root %v", cert, root)
 		}
-		if ctx.Err() != nil {
-			t.Fatal("the expiry gauges of a chain no longer in service are still reported")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	expectSeconds(t, certExpiry, "spiffe", rotated.Cert.NotAfter)
 
 	// A stopped server reports no expiry.

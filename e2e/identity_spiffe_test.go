@@ -201,8 +201,12 @@ func TestIdentitySPIFFEMapFile(t *testing.T) {
 	}
 
 	full := testcerts.SPIFFEBundleMap(t, map[string][]*testcerts.CA{"a.test": {pki.domains["a.test"]}})
+	// The provider warns, naming the file, when a re-read fails and it
+	// keeps the previous map: then it has read the half-written one.
+	mapWarnings := warningsOf(pki.mapFile)
+	before := mapWarnings.count("re-reading the trust files failed")
 	testcerts.WriteFile(t, pki.mapFile, full[:len(full)/2])
-	time.Sleep(5 * refresh)
+	mapWarnings.waitCount(ctx, t, before+1, "re-reading the trust files failed")
 	if code := call(bClient); code != codes.OK {
 		t.Errorf("b.test client after a half-written map: %v, want OK (the previous map kept)", code)
 	}

@@ -2,14 +2,16 @@ package e2e_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
-	"time"
 
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc/codes"
 
 	"github.com/proxyless-grpc/xds"
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 )
 
@@ -59,16 +61,12 @@ func TestLogging_ServingModeWithoutCallback(t *testing.T) {
 	}
 	waitModeLogs := func(wantServing, wantNotServing int) {
 		t.Helper()
-		for {
-			s, ns := modeLogs()
-			if s >= wantServing && ns >= wantNotServing {
-				return
+		testutils.WaitFor(ctx, t, fmt.Sprintf("%d serving and %d not-serving warnings about %q", wantServing, wantNotServing, name), func() error {
+			if s, ns := modeLogs(); s < wantServing || ns < wantNotServing {
+				return fmt.Errorf("warnings: %q", logs.all())
 			}
-			if ctx.Err() != nil {
-				t.Fatalf("timeout waiting for %d serving and %d not-serving warnings about %q; warnings: %q", wantServing, wantNotServing, name, logs.all())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	env.update(ctx, t, []*listenerpb.Listener{simpleListener(lis.Addr())}, nil)
 	waitModeLogs(1, 0)
@@ -76,7 +74,12 @@ func TestLogging_ServingModeWithoutCallback(t *testing.T) {
 	waitModeLogs(1, 1)
 	env.update(ctx, t, []*listenerpb.Listener{simpleListener(lis.Addr())}, nil)
 	waitModeLogs(2, 1)
-	time.Sleep(defaultTestShortTimeout)
+	// The listener handles an update before the xDS client ACKs it, so by
+	// the ACK of the third Listener version every line about the three
+	// transitions has been written.
+	if _, err := env.ms.WaitForRequest(ctx, e2e.IsACK(resourcev3.ListenerType, "3")); err != nil {
+		t.Fatalf("waiting for the ACK of the last Listener: %v", err)
+	}
 	if s, ns := modeLogs(); s != 2 || ns != 1 {
 		t.Errorf("%d serving and %d not-serving warnings, want one per transition (2 and 1); warnings: %q", s, ns, logs.all())
 	}
@@ -119,14 +122,22 @@ func TestLogging_ConfigurationErrors(t *testing.T) {
 	logs.waitCount(ctx, t, 2, rdsName)
 	updateRoutes(good("vh1"))
 	logs.waitCount(ctx, t, 3, rdsName)
-	time.Sleep(defaultTestShortTimeout)
+	// The listener handles a RouteConfiguration before the xDS client ACKs
+	// it: by the ACK of the third version its lines are written.
+	waitRouteACK := func(version string) {
+		t.Helper()
+		if _, err := env.ms.WaitForRequest(ctx, e2e.IsACK(resourcev3.RouteType, version)); err != nil {
+			t.Fatalf("waiting for the ACK of RouteConfiguration version %s: %v", version, err)
+		}
+	}
+	waitRouteACK("3")
 	if n := logs.count(rdsName); n != 3 {
 		t.Errorf("%d warnings about %s after it was fixed, want 3 (one per bad update, one for the fix); warnings: %q", n, rdsName, logs.all())
 	}
 	updateRoutes(good("vh2"))
 	c := newClient(t, lis.Addr(), "127.0.0.1", 0)
 	waitForCode(ctx, t, "EmptyCall", codes.OK, c.emptyCallNoOpts)
-	time.Sleep(defaultTestShortTimeout)
+	waitRouteACK("4")
 	if n := logs.count(rdsName); n != 3 {
 		t.Errorf("%d warnings about %s after a second good update, want still 3; warnings: %q", n, rdsName, logs.all())
 	}

@@ -238,7 +238,7 @@ func TestRBAC_InvalidConfigKeepsPolicy(t *testing.T) {
 		t.Fatalf("no NACK of the RouteConfiguration: %v", err)
 	}
 	check("after a NACKed RouteConfiguration")
-	s.modes.expectNone(t, addr, defaultTestShortTimeout)
+	s.modes.expectNoneBy(ctx, t, env.ms, addr, listenerTypeURL, routeTypeURL)
 }
 
 // TestRBAC_AuditLogger: a user-registered audit logger receives the

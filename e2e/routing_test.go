@@ -209,7 +209,7 @@ func TestRouting_RDS(t *testing.T) {
 	if _, err := env.ms.WaitForRequest(ctx, e2e.IsSubscription(resourcev3.RouteType, "rds-A")); err != nil {
 		t.Fatalf("waiting for the RDS subscription: %v", err)
 	}
-	s.modes.expectNone(t, addr, defaultTestShortTimeout)
+	s.modes.expectNoneBy(ctx, t, env.ms, addr)
 	expectClosedNoBytes(t, addr, "127.0.0.1")
 
 	// The RouteConfiguration: serving, with its routes.
@@ -266,7 +266,7 @@ func TestRouting_RDSUpdateOnly(t *testing.T) {
 	if got := c.dials.Load(); got != 1 {
 		t.Errorf("client dialed %d times, want 1 (an RDS update must not drain connections)", got)
 	}
-	s.modes.expectNone(t, addr, defaultTestShortTimeout)
+	s.modes.expectNoneBy(ctx, t, env.ms, addr, resourcev3.ListenerType, resourcev3.RouteType)
 }
 
 // TestRouting_ListenerUpdateWaitsForRDS checks that a Listener update that
@@ -284,7 +284,11 @@ func TestRouting_ListenerUpdateWaitsForRDS(t *testing.T) {
 	if _, err := env.ms.WaitForRequest(ctx, e2e.IsSubscription(resourcev3.RouteType, "rds-B")); err != nil {
 		t.Fatalf("waiting for the RDS subscription: %v", err)
 	}
-	time.Sleep(defaultTestShortTimeout)
+	// The listener has handled the update (and would have applied it too
+	// early) by the time the xDS client ACKs it.
+	if _, err := env.ms.WaitForRequest(ctx, e2e.IsACK(resourcev3.ListenerType, "2")); err != nil {
+		t.Fatalf("waiting for the ACK of the Listener update: %v", err)
+	}
 	c := newClient(t, addr, "127.0.0.1", 0)
 	if got := c.chainOf(ctx, t, "A", "B"); got != "A" {
 		t.Fatalf("before the RouteConfiguration arrived, a new connection got chain %q's routes, want the old Listener's (%q)", got, "A")
@@ -292,7 +296,7 @@ func TestRouting_ListenerUpdateWaitsForRDS(t *testing.T) {
 	env.update(ctx, t, []*listenerpb.Listener{l2}, []*routepb.RouteConfiguration{routeConfig("rds-B", chainRoutes("B"))})
 	c2 := newClient(t, addr, "127.0.0.1", 0)
 	c2.waitForChain(ctx, t, "B", "A", "B")
-	s.modes.expectNone(t, addr, defaultTestShortTimeout)
+	s.modes.expectNoneBy(ctx, t, env.ms, addr, resourcev3.ListenerType, resourcev3.RouteType)
 }
 
 // TestRouting_RDSDoesNotExist checks that a RouteConfiguration that does not
@@ -417,7 +421,7 @@ func TestRouting_RDSWatchLifecycle(t *testing.T) {
 	env.update(ctx, t, []*listenerpb.Listener{rds(a1), rds(a2)}, nil)
 	newClient(t, a1, "127.0.0.1", 0).waitForChain(ctx, t, "A", names...)
 	newClient(t, a2, "127.0.0.1", 0).waitForChain(ctx, t, "A", names...)
-	s.modes.expectNone(t, a1, defaultTestShortTimeout)
+	s.modes.expectNoneBy(ctx, t, env.ms, a1, resourcev3.ListenerType, resourcev3.RouteType)
 }
 
 // TestRouting_PendingListenerSuperseded checks that a Listener update

@@ -3,8 +3,10 @@ package certprovider_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,24 +20,11 @@ func TestMain(m *testing.M) { testutils.VerifyNoLeaks(m) }
 
 const refresh = 20 * time.Millisecond
 
-// ctxOf returns a context for a call to Handle.Identity or Trust, bounded
-// by 10 s (a file_watcher ignores it).
+// ctxOf returns a context for a call to Handle.Identity or Trust (a
+// file_watcher ignores it): testutils.Context, under this package's name.
 func ctxOf(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// waitFor polls cond for up to 5 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	return testutils.Context(t)
 }
 
 func serialOf(t *testing.T, h *certprovider.Handle) string {
@@ -53,6 +42,7 @@ func serialOf(t *testing.T, h *certprovider.Handle) string {
 // TestShareAndRelease: one provider per configuration, stopped with the last
 // reference.
 func TestShareAndRelease(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ca := testcerts.NewCA(t, "ca")
 	f := testcerts.WriteFiles(t, t.TempDir(), ca.Issue(t, testcerts.LeafOptions{CommonName: "a"}), ca.PEM)
 	s := certprovider.NewStore(nil)
@@ -98,11 +88,13 @@ func TestShareAndRelease(t *testing.T) {
 // half-done rotation (cert and key that do not match) keeps the previous
 // pair; missing files at start are an error until they appear.
 func TestRotation(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ca := testcerts.NewCA(t, "ca")
 	dir := t.TempDir()
 	first := ca.Issue(t, testcerts.LeafOptions{CommonName: "first"})
 	f := testcerts.WriteFiles(t, dir, first, ca.PEM)
-	s := certprovider.NewStore(func(string, ...any) {})
+	var warnings atomic.Int32
+	s := certprovider.NewStore(func(string, ...any) { warnings.Add(1) })
 	h := s.Get(bootstrap.FileWatcherConfig{CertificateFile: f.Cert, PrivateKeyFile: f.Key, CACertificateFile: f.CA, RefreshInterval: refresh})
 	defer h.Release()
 	if got, want := serialOf(t, h), first.Cert.SerialNumber.String(); got != want {
@@ -114,15 +106,28 @@ func TestRotation(t *testing.T) {
 	if err := os.WriteFile(f.Cert, second.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * refresh)
+	// The provider warns when a re-read fails: then it has read the new
+	// certificate, and must have kept the previous pair.
+	testutils.WaitFor(ctxOf(t), t, "a warning about the mismatched certificate", func() error {
+		if warnings.Load() == 0 {
+			return errors.New("no warning yet")
+		}
+		return nil
+	})
 	if got, want := serialOf(t, h), first.Cert.SerialNumber.String(); got != want {
 		t.Fatalf("after a mismatched certificate, serial = %s, want the previous %s", got, want)
 	}
 	testcerts.WriteFiles(t, dir, second, nil)
-	waitFor(t, "the rotated certificate", func() bool { return serialOf(t, h) == second.Cert.SerialNumber.String() })
+	testutils.WaitFor(ctxOf(t), t, "the rotated certificate", func() error {
+		if got, want := serialOf(t, h), second.Cert.SerialNumber.String(); got != want {
+			return fmt.Errorf("serial %s, want %s", got, want)
+		}
+		return nil
+	})
 }
 
 func TestMissingFiles(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ca := testcerts.NewCA(t, "ca")
 	dir := t.TempDir()
 	s := certprovider.NewStore(nil)
@@ -133,7 +138,7 @@ func TestMissingFiles(t *testing.T) {
 	}
 	leaf := ca.Issue(t, testcerts.LeafOptions{CommonName: "late"})
 	testcerts.WriteFiles(t, dir, leaf, nil)
-	waitFor(t, "the files to be read", func() bool { _, err := h.Identity(ctxOf(t)); return err == nil })
+	testutils.WaitFor(ctxOf(t), t, "the files to be read", func() error { _, err := h.Identity(ctxOf(t)); return err })
 	if got, want := serialOf(t, h), leaf.Cert.SerialNumber.String(); got != want {
 		t.Errorf("serial = %s, want %s", got, want)
 	}

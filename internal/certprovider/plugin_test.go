@@ -18,6 +18,7 @@ import (
 	gcp "google.golang.org/grpc/credentials/tls/certprovider"
 
 	"github.com/proxyless-grpc/xds/internal/certprovider"
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/testcerts"
 )
 
@@ -117,6 +118,7 @@ var (
 // built with the options asked for and closed exactly once, with the last
 // release.
 func TestPluginShareAndRelease(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	src, bc := newSource(t, "a")
 	s := certprovider.NewStore(nil)
 	h1, err := s.GetPlugin(bc, wantIdentity)
@@ -179,6 +181,7 @@ func TestPluginShareAndRelease(t *testing.T) {
 // TestPluginConcurrentGets: GetPlugins of one config racing build one
 // provider, and it is closed once.
 func TestPluginConcurrentGets(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	src, bc := newSource(t, "a")
 	s := certprovider.NewStore(nil)
 	var wg sync.WaitGroup
@@ -207,6 +210,7 @@ func TestPluginConcurrentGets(t *testing.T) {
 // TestPluginBuildFails: a build without a provider fails GetPlugin and
 // leaves nothing running; the next GetPlugin builds again.
 func TestPluginBuildFails(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	src, bc := newSource(t, "a")
 	src.failNext = true
 	s := certprovider.NewStore(nil)
@@ -232,6 +236,7 @@ func TestPluginBuildFails(t *testing.T) {
 // TestPluginRotation: the key material is converted once per KeyMaterial
 // the provider returns; new material is seen by the next call.
 func TestPluginRotation(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ca := testcerts.NewCA(t, "ca")
 	first := ca.Issue(t, testcerts.LeafOptions{CommonName: "first", NotAfter: time.Now().Add(time.Hour)})
 	src, bc := newSource(t, "a")
@@ -271,6 +276,7 @@ func TestPluginRotation(t *testing.T) {
 // deadline, one that reports an error, and key material without the part
 // asked for each give an error that says so and names the plugin.
 func TestPluginKeyMaterialErrors(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	s := certprovider.NewStore(nil)
 
 	_, bc := newSource(t, "never")
@@ -324,6 +330,7 @@ func TestPluginKeyMaterialErrors(t *testing.T) {
 // TestPluginSPIFFE: a bundle map in the key material replaces its roots
 // (gRFC A87), with the trust domains of the map.
 func TestPluginSPIFFE(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	a := testcerts.NewCAUntil(t, "a", time.Now().Add(2*time.Hour))
 	b := testcerts.NewCAUntil(t, "b", time.Now().Add(time.Hour))
 	other := testcerts.NewCA(t, "other")
@@ -358,6 +365,7 @@ func TestPluginSPIFFE(t *testing.T) {
 
 // TestNewBundleMap: a plugin's map is checked as a file's is.
 func TestNewBundleMap(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ca := testcerts.NewCA(t, "ca")
 	tests := []struct {
 		desc    string

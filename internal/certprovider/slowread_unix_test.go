@@ -11,6 +11,7 @@ import (
 
 	"github.com/proxyless-grpc/xds/internal/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/certprovider"
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/testcerts"
 )
 
@@ -19,6 +20,7 @@ import (
 // holds up neither a Get of another configuration nor the Store, and a
 // second Get of the same configuration returns once the first read is done.
 func TestGetDoesNotHoldTheStoreDuringIO(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ca := testcerts.NewCA(t, "ca")
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "ca.fifo")

@@ -1,6 +1,8 @@
 package certprovider_test
 
 import (
+	"errors"
+	"fmt"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -11,10 +13,12 @@ import (
 
 	"github.com/proxyless-grpc/xds/internal/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/certprovider"
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/testcerts"
 )
 
 func TestParseBundleMap(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	a := testcerts.NewCAUntil(t, "a", time.Now().Add(3*time.Hour).Truncate(time.Second))
 	a2 := testcerts.NewCAUntil(t, "a2", time.Now().Add(2*time.Hour).Truncate(time.Second))
 	b := testcerts.NewCAUntil(t, "b", time.Now().Add(5*time.Hour).Truncate(time.Second))
@@ -75,6 +79,7 @@ func TestParseBundleMap(t *testing.T) {
 // leaves the provider without trust (its identity is unaffected) until a
 // good one is written; a later broken write keeps the previous map.
 func TestSPIFFEProvider(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	ca := testcerts.NewCA(t, "ca")
 	a := testcerts.NewCA(t, "a")
 	b := testcerts.NewCA(t, "b")
@@ -98,7 +103,7 @@ func TestSPIFFEProvider(t *testing.T) {
 	}
 
 	testcerts.WriteFile(t, mapFile, testcerts.SPIFFEBundleMap(t, map[string][]*testcerts.CA{"a.test": {a}}))
-	waitFor(t, "the valid map", func() bool { _, err := h.Trust(ctxOf(t)); return err == nil })
+	testutils.WaitFor(ctxOf(t), t, "the valid map", func() error { _, err := h.Trust(ctxOf(t)); return err })
 	tr, _ := h.Trust(ctxOf(t))
 	if tr.Roots != nil || tr.SPIFFE == nil {
 		t.Fatalf("Trust() = roots %v, SPIFFE %v; want only the map (the CA file is ignored)", tr.Roots, tr.SPIFFE)
@@ -110,17 +115,25 @@ func TestSPIFFEProvider(t *testing.T) {
 	// A half-written update keeps the previous map; a complete one
 	// replaces it.
 	next := testcerts.SPIFFEBundleMap(t, map[string][]*testcerts.CA{"a.test": {a}, "b.test": {b}})
+	// The provider warns when a re-read fails: then it has read the
+	// half-written map, and must have kept the previous one.
+	seen := warnings.Load()
 	testcerts.WriteFile(t, mapFile, next[:len(next)-10])
-	time.Sleep(5 * refresh)
+	testutils.WaitFor(ctxOf(t), t, "a warning about the half-written map", func() error {
+		if warnings.Load() == seen {
+			return errors.New("no new warning")
+		}
+		return nil
+	})
 	if got, _ := h.Trust(ctxOf(t)); got != tr {
 		t.Fatalf("after a half-written map, Trust() changed to %v, want the previous map kept", got.SPIFFE.TrustDomains())
 	}
-	if warnings.Load() == 0 {
-		t.Error("a failed re-read of the map was not logged")
-	}
 	testcerts.WriteFile(t, mapFile, next)
-	waitFor(t, "the new map", func() bool {
+	testutils.WaitFor(ctxOf(t), t, "the new map", func() error {
 		got, _ := h.Trust(ctxOf(t))
-		return len(got.SPIFFE.TrustDomains()) == 2
+		if n := len(got.SPIFFE.TrustDomains()); n != 2 {
+			return fmt.Errorf("%d trust domains", n)
+		}
+		return nil
 	})
 }

@@ -57,6 +57,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"sync"
 
 	clusterpb "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -120,6 +121,14 @@ type Server struct {
 	reqs     []*discoverypb.DiscoveryRequest // guarded by mu; clones, in arrival order
 	reqAdded chan struct{}                   // guarded by mu; closed and replaced on every new request
 	lastResp map[streamType]string           // guarded by mu; version_info of the last response per stream and type
+	sent     map[streamNonce]string          // guarded by mu; version_info of each response sent, by stream and nonce
+	answered map[string]map[string]bool      // guarded by mu; by type URL, the versions some client ACKed or NACKed
+	updates  map[string]int                  // guarded by mu; by type URL, how many Updates set it: its current version
+}
+
+type streamNonce struct {
+	stream int64
+	nonce  string
 }
 
 type streamType struct {
@@ -165,6 +174,9 @@ func Start(opts Options) (*Server, error) {
 		caches:   make(map[string]*cachev3.LinearCache),
 		reqAdded: make(chan struct{}),
 		lastResp: make(map[streamType]string),
+		sent:     make(map[streamNonce]string),
+		answered: make(map[string]map[string]bool),
+		updates:  make(map[string]int),
 	}
 	mux := &cachev3.MuxCache{
 		Classify:      func(r *cachev3.Request) string { return r.GetTypeUrl() },
@@ -206,6 +218,7 @@ func (m *Server) callbacks() serverv3.Callbacks {
 		StreamResponseFunc: func(_ context.Context, id int64, _ *discoverypb.DiscoveryRequest, resp *discoverypb.DiscoveryResponse) {
 			m.mu.Lock()
 			m.lastResp[streamType{id, resp.GetTypeUrl()}] = resp.GetVersionInfo()
+			m.sent[streamNonce{id, resp.GetNonce()}] = resp.GetVersionInfo()
 			m.mu.Unlock()
 		},
 	}
@@ -217,11 +230,17 @@ func (m *Server) record(id int64, req *discoverypb.DiscoveryRequest) *discoveryp
 	recorded := proto.Clone(req).(*discoverypb.DiscoveryRequest)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if v, ok := m.sent[streamNonce{id, req.GetResponseNonce()}]; ok && req.GetResponseNonce() != "" {
+		if m.answered[req.GetTypeUrl()] == nil {
+			m.answered[req.GetTypeUrl()] = make(map[string]bool)
+		}
+		m.answered[req.GetTypeUrl()][v] = true
+	}
 	if !m.opts.ForgetRequests {
 		m.reqs = append(m.reqs, recorded)
-		close(m.reqAdded)
-		m.reqAdded = make(chan struct{})
 	}
+	close(m.reqAdded)
+	m.reqAdded = make(chan struct{})
 	if req.GetErrorDetail() != nil && req.GetVersionInfo() == "" {
 		if v, ok := m.lastResp[streamType{id, req.GetTypeUrl()}]; ok {
 			req.VersionInfo = v
@@ -240,6 +259,11 @@ func (m *Server) forgetStream(id int64) {
 	for k := range m.lastResp {
 		if k.stream == id {
 			delete(m.lastResp, k)
+		}
+	}
+	for k := range m.sent {
+		if k.stream == id {
+			delete(m.sent, k)
 		}
 	}
 }
@@ -329,9 +353,36 @@ func (m *Server) Update(ctx context.Context, r Resources) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		m.mu.Lock()
+		m.updates[typeURL]++
+		m.mu.Unlock()
 		m.caches[typeURL].SetResources(set)
 	}
 	return nil
+}
+
+// WaitForAnswer waits until a client answers the response that carried the
+// version of typeURL the last Update of that type published: an ACK of it,
+// or a NACK of it. A client handles a response before it answers (the xDS
+// client ACKs once its watchers are done), so this is the point by which
+// everything the update causes in the client has happened, and a test can
+// then check that something did not. It returns ctx.Err() if ctx ends
+// first, and at once if typeURL was never updated.
+func (m *Server) WaitForAnswer(ctx context.Context, typeURL string) error {
+	for {
+		m.mu.Lock()
+		n, added := m.updates[typeURL], m.reqAdded
+		done := n == 0 || m.answered[typeURL][strconv.Itoa(n)]
+		m.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-added:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // Requests returns a copy of every DiscoveryRequest received so far, on all

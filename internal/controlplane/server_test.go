@@ -39,20 +39,12 @@ func startServer(t *testing.T, opts Options) *Server {
 }
 
 const (
-	defaultTestTimeout = 10 * time.Second
 	// defaultTestShortTimeout bounds waits for something that must not happen.
 	defaultTestShortTimeout = 100 * time.Millisecond
 
 	ldsType = "type.googleapis.com/envoy.config.listener.v3.Listener"
 	rdsType = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
 )
-
-func testContext(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // adsClient is a bare ADS stream over a real gRPC connection, driven by hand.
 type adsClient struct {
@@ -70,7 +62,7 @@ func newADSClient(t *testing.T, addr string) *adsClient {
 	if err != nil {
 		t.Fatalf("grpc.NewClient(%q): %v", addr, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testutils.DefaultTimeout)
 	stream, err := discoverypb.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
 	if err != nil {
 		cancel()
@@ -179,7 +171,8 @@ func checkResponse(t *testing.T, resp *discoverypb.DiscoveryResponse, wantVersio
 }
 
 func TestManagementServer_SubscribeReceiveUpdateAck(t *testing.T) {
-	ctx := testContext(t)
+	testutils.CheckGoroutines(t)
+	ctx := testutils.Context(t)
 	ms := startServer(t, Options{})
 	lis := DefaultServerListener("127.0.0.1", 1234, "")
 	if err := ms.Update(ctx, Resources{Listeners: []*listenerpb.Listener{lis}}); err != nil {
@@ -213,7 +206,8 @@ func TestManagementServer_SubscribeReceiveUpdateAck(t *testing.T) {
 // A resource published after the client asked for it is sent at once; before
 // that, the first request gets an empty answer.
 func TestManagementServer_LateResource(t *testing.T) {
-	ctx := testContext(t)
+	testutils.CheckGoroutines(t)
+	ctx := testutils.Context(t)
 	ms := startServer(t, Options{})
 	c := newADSClient(t, ms.Address)
 	lis := DefaultServerListener("127.0.0.1", 1234, "")
@@ -231,7 +225,8 @@ func TestManagementServer_LateResource(t *testing.T) {
 // Deleting a Listener subscribed by name sends a response without it; a type
 // left out of Update is not touched.
 func TestManagementServer_ListenerDeletion(t *testing.T) {
-	ctx := testContext(t)
+	testutils.CheckGoroutines(t)
+	ctx := testutils.Context(t)
 	ms := startServer(t, Options{})
 	l1 := DefaultServerListener("127.0.0.1", 1, "")
 	l2 := DefaultServerListener("127.0.0.1", 2, "")
@@ -266,7 +261,8 @@ func TestManagementServer_ListenerDeletion(t *testing.T) {
 // A RouteConfiguration deletion cannot be expressed in state-of-the-world, so
 // nothing is sent; a new version of it is.
 func TestManagementServer_RouteDeletionNotSent(t *testing.T) {
-	ctx := testContext(t)
+	testutils.CheckGoroutines(t)
+	ctx := testutils.Context(t)
 	ms := startServer(t, Options{})
 	rc := DefaultRouteConfig("route-1")
 	if err := ms.Update(ctx, Resources{Routes: []*routepb.RouteConfiguration{rc}}); err != nil {
@@ -305,7 +301,8 @@ func nack(resp *discoverypb.DiscoveryResponse, lastGood string, names ...string)
 // response, which the cache alone would answer again at once); the next
 // update is.
 func TestManagementServer_NACK(t *testing.T) {
-	ctx := testContext(t)
+	testutils.CheckGoroutines(t)
+	ctx := testutils.Context(t)
 	ms := startServer(t, Options{})
 	lis := DefaultServerListener("127.0.0.1", 1, "")
 	if err := ms.Update(ctx, Resources{Listeners: []*listenerpb.Listener{lis}}); err != nil {
@@ -356,7 +353,8 @@ func TestManagementServer_NACK(t *testing.T) {
 }
 
 func TestManagementServer_StopRestartKeepsResources(t *testing.T) {
-	ctx := testContext(t)
+	testutils.CheckGoroutines(t)
+	ctx := testutils.Context(t)
 	var mu sync.Mutex
 	var opened, closed []int64
 	ms := startServer(t, Options{
@@ -405,7 +403,8 @@ func TestManagementServer_StopRestartKeepsResources(t *testing.T) {
 }
 
 func TestManagementServer_CustomListener(t *testing.T) {
-	ctx := testContext(t)
+	testutils.CheckGoroutines(t)
+	ctx := testutils.Context(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -429,7 +428,8 @@ func TestManagementServer_CustomListener(t *testing.T) {
 // Invalid resources are delivered as pushed: a Listener that gRPC must NACK,
 // and a RouteConfiguration pushed under the Listener type URL.
 func TestManagementServer_InvalidResourcesUnchanged(t *testing.T) {
-	ctx := testContext(t)
+	testutils.CheckGoroutines(t)
+	ctx := testutils.Context(t)
 	ms := startServer(t, Options{})
 	bad := DefaultServerListener("127.0.0.1", 1, "")
 	bad.UseOriginalDst = wrapperspb.Bool(true)
@@ -488,7 +488,8 @@ func keys(m map[string]proto.Message) []string {
 }
 
 func TestManagementServer_UpdateErrors(t *testing.T) {
-	ctx := testContext(t)
+	testutils.CheckGoroutines(t)
+	ctx := testutils.Context(t)
 	ms := startServer(t, Options{})
 	l := DefaultServerListener("127.0.0.1", 1, "")
 	tests := []struct {
@@ -520,7 +521,8 @@ func TestManagementServer_UpdateErrors(t *testing.T) {
 }
 
 func TestManagementServer_RequestsAndCallbacks(t *testing.T) {
-	ctx := testContext(t)
+	testutils.CheckGoroutines(t)
+	ctx := testutils.Context(t)
 	var mu sync.Mutex
 	var seen []string
 	ms := startServer(t, Options{
@@ -585,4 +587,42 @@ func DefaultServerListener(host string, port uint32, routeName string) *listener
 // DefaultRouteConfig is a minimal RouteConfiguration.
 func DefaultRouteConfig(name string) *routepb.RouteConfiguration {
 	return &routepb.RouteConfiguration{Name: name, VirtualHosts: []*routepb.VirtualHost{{Name: "vh", Domains: []string{"*"}}}}
+}
+
+// WaitForAnswer returns once a client ACKed or NACKed the version the last
+// Update published, not before, and at once for a type never updated.
+func TestManagementServer_WaitForAnswer(t *testing.T) {
+	testutils.CheckGoroutines(t)
+	ctx := testutils.Context(t)
+	ms := startServer(t, Options{})
+	if err := ms.WaitForAnswer(ctx, ldsType); err != nil {
+		t.Fatalf("WaitForAnswer before any Update: %v", err)
+	}
+	lis := DefaultServerListener("127.0.0.1", 1, "")
+	if err := ms.Update(ctx, Resources{Listeners: []*listenerpb.Listener{lis}}); err != nil {
+		t.Fatal(err)
+	}
+	c := newADSClient(t, ms.Address)
+	c.subscribe(ldsType, nil, lis.GetName())
+	resp := c.recv(ctx)
+	// Unanswered: the wait ends with its context.
+	sctx, cancel := context.WithTimeout(ctx, defaultTestShortTimeout)
+	defer cancel()
+	if err := ms.WaitForAnswer(sctx, ldsType); err == nil {
+		t.Fatal("WaitForAnswer returned nil before the response was answered")
+	}
+	c.send(nack(resp, "", lis.GetName()))
+	if err := ms.WaitForAnswer(ctx, ldsType); err != nil {
+		t.Fatalf("WaitForAnswer after a NACK: %v", err)
+	}
+
+	lis2 := DefaultServerListener("127.0.0.1", 1, "route")
+	if err := ms.Update(ctx, Resources{Listeners: []*listenerpb.Listener{lis2}}); err != nil {
+		t.Fatal(err)
+	}
+	resp = c.recv(ctx)
+	c.subscribe(ldsType, resp, lis.GetName())
+	if err := ms.WaitForAnswer(ctx, ldsType); err != nil {
+		t.Fatalf("WaitForAnswer after an ACK: %v", err)
+	}
 }

@@ -2,6 +2,7 @@ package syncutil
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,7 @@ func closeAndWait(t *testing.T, s *CallbackSerializer) {
 }
 
 func TestCallbackSerializer_RunsInScheduleOrder(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	s := NewCallbackSerializer()
 	defer closeAndWait(t, s)
 
@@ -68,6 +70,7 @@ func TestCallbackSerializer_RunsInScheduleOrder(t *testing.T) {
 // Callbacks scheduled concurrently never overlap, and the callbacks of each
 // scheduling goroutine run in that goroutine's order.
 func TestCallbackSerializer_FIFOUnderConcurrentScheduling(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	s := NewCallbackSerializer()
 	defer closeAndWait(t, s)
 
@@ -126,6 +129,7 @@ func waitGroupWithTimeout(t *testing.T, wg *sync.WaitGroup) {
 }
 
 func TestCallbackSerializer_ScheduleAfterClose(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	s := NewCallbackSerializer()
 	closeAndWait(t, s)
 
@@ -142,6 +146,7 @@ func TestCallbackSerializer_ScheduleAfterClose(t *testing.T) {
 }
 
 func TestCallbackSerializer_ScheduleOrOnOpenSerializer(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	s := NewCallbackSerializer()
 	defer closeAndWait(t, s)
 
@@ -159,6 +164,7 @@ func TestCallbackSerializer_ScheduleOrOnOpenSerializer(t *testing.T) {
 // Callbacks queued before Close still run, with a cancelled context, and Done
 // is closed only after the last of them returned.
 func TestCallbackSerializer_CloseRunsQueuedCallbacks(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	s := NewCallbackSerializer()
 	block := make(chan struct{})
 	s.TrySchedule(func(context.Context) { <-block })
@@ -187,6 +193,7 @@ func TestCallbackSerializer_CloseRunsQueuedCallbacks(t *testing.T) {
 }
 
 func TestCallbackSerializer_CloseFromCallback(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	s := NewCallbackSerializer()
 	var afterClose atomic.Bool
 	var errInCallback error
@@ -215,6 +222,7 @@ func TestCallbackSerializer_CloseFromCallback(t *testing.T) {
 }
 
 func TestCallbackSerializer_CallbackSchedulesCallback(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	s := NewCallbackSerializer()
 	defer closeAndWait(t, s)
 
@@ -243,6 +251,7 @@ func TestCallbackSerializer_CallbackSchedulesCallback(t *testing.T) {
 // Done closes after Close even when nothing was ever scheduled, and the
 // serializer keeps working after being idle.
 func TestCallbackSerializer_IdleThenClose(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	s := NewCallbackSerializer()
 	select {
 	case <-s.Done():
@@ -258,6 +267,7 @@ func TestCallbackSerializer_IdleThenClose(t *testing.T) {
 // Concurrent Close and TrySchedule: every callback for which TrySchedule
 // returned true runs; the others never do.
 func TestCallbackSerializer_CloseRacesSchedule(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	for range 50 {
 		s := NewCallbackSerializer()
 		var accepted, ran atomic.Int32
@@ -298,6 +308,7 @@ func BenchmarkCallbackSerializer(b *testing.B) {
 // TestCallbackSerializer_NoGoroutineWhenIdle: the serializer's goroutine
 // exists only while callbacks are queued or running.
 func TestCallbackSerializer_NoGoroutineWhenIdle(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	before := runtime.NumGoroutine()
 	s := NewCallbackSerializer()
 	if n := runtime.NumGoroutine(); n != before {
@@ -312,13 +323,12 @@ func TestCallbackSerializer_NoGoroutineWhenIdle(t *testing.T) {
 	}
 	close(release)
 	<-ran
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() != before {
-		if time.Now().After(deadline) {
-			t.Fatalf("an idle serializer still has %d goroutine(s)", runtime.NumGoroutine()-before)
+	testutils.WaitFor(testutils.Context(t), t, "the idle serializer's goroutine to exit", func() error {
+		if n := runtime.NumGoroutine() - before; n != 0 {
+			return fmt.Errorf("%d goroutine(s) left", n)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 	s.Close()
 	select {
 	case <-s.Done():
@@ -331,6 +341,7 @@ func TestCallbackSerializer_NoGoroutineWhenIdle(t *testing.T) {
 // runs on the caller's goroutine, followed by what was queued meanwhile; on
 // a busy one it is queued behind the running callback, in order.
 func TestCallbackSerializer_RunOrSchedule(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	s := NewCallbackSerializer()
 	defer func() { s.Close(); <-s.Done() }()
 	var order []int

@@ -4,9 +4,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/proxyless-grpc/xds/internal/testutils"
 )
 
 func TestEvent(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	e := NewEvent()
 	if e.HasFired() {
 		t.Fatal("HasFired() = true on a new event")
@@ -33,6 +36,7 @@ func TestEvent(t *testing.T) {
 }
 
 func TestEvent_ConcurrentFireHasOneWinner(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	e := NewEvent()
 	var winners atomic.Int32
 	var wg sync.WaitGroup

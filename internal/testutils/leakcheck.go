@@ -13,9 +13,14 @@ import (
 //
 //	func TestMain(m *testing.M) { testutils.VerifyNoLeaks(m) }
 func VerifyNoLeaks(m *testing.M) {
-	goleak.VerifyTestMain(m,
+	goleak.VerifyTestMain(m, ignores()...)
+}
+
+// ignores lists the goroutines a leak check does not report.
+func ignores() []goleak.Option {
+	return []goleak.Option{
 		// Started once per process by grpc-go and never stopped.
 		goleak.IgnoreTopFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
 		goleak.IgnoreAnyFunction("google.golang.org/grpc/internal/resolver/dns.init"),
-	)
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/grpclog"
 )
@@ -88,12 +87,12 @@ next:
 // ends first.
 func (l *Logs) WaitCount(ctx context.Context, t testing.TB, n int, level string, words ...string) {
 	t.Helper()
-	for l.Count(level, words...) < n {
-		if ctx.Err() != nil {
-			t.Fatalf("timeout waiting for %d %q line(s) containing %q; lines: %q", n, level, words, l.Matching(words[:min(1, len(words))]...))
+	WaitFor(ctx, t, fmt.Sprintf("%d %q line(s) containing %q", n, level, words), func() error {
+		if got := l.Count(level, words...); got < n {
+			return fmt.Errorf("%d such lines; lines with %q: %q", got, words[:min(1, len(words))], l.Matching(words[:min(1, len(words))]...))
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func (l *Logs) Info(args ...any) {

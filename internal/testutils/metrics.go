@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -90,16 +89,13 @@ func (r *MetricReader) Value(t testing.TB, name string, attrs ...attribute.KeyVa
 // test then, listing the points it saw.
 func (r *MetricReader) WaitForValue(ctx context.Context, t testing.TB, name string, want int64, attrs ...attribute.KeyValue) {
 	t.Helper()
-	for {
+	WaitFor(ctx, t, fmt.Sprintf("metric %s%v = %d", name, attrs, want), func() error {
 		got, ok := r.Value(t, name, attrs...)
 		if ok && got == want {
-			return
+			return nil
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("metric %s%v = %d (recorded: %v), want %d; points: %s", name, attrs, got, ok, want, r.describe(t, name))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("got %d (recorded: %v); points: %s", got, ok, r.describe(t, name))
+	})
 }
 
 func (r *MetricReader) describe(t testing.TB, name string) string {

@@ -1,11 +1,13 @@
 package xdsclient_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 	"github.com/proxyless-grpc/xds/internal/xdsclient"
 	"google.golang.org/protobuf/proto"
@@ -147,17 +149,13 @@ func TestServers(t *testing.T) {
 
 	before := time.Now()
 	ms.Stop()
-	for {
+	testutils.WaitFor(ctx, t, "Servers() to show a stream down with its error after the management server stopped", func() error {
 		got = c.Servers()
 		if len(got) == 1 && !got[0].StreamUp && got[0].LastError != nil {
-			break
+			return nil
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("Servers() after the management server stopped = %+v, want a stream down with its error", got)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+		return fmt.Errorf("Servers() = %+v", got)
+	})
 	if got[0].LastErrorTime.Before(before) {
 		t.Errorf("LastErrorTime %v is before the server stopped (%v)", got[0].LastErrorTime, before)
 	}

@@ -1,11 +1,12 @@
 package xdsclient_test
 
 import (
+	"fmt"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 	"github.com/proxyless-grpc/xds/internal/xdsclient"
 )
@@ -33,14 +34,12 @@ func TestFallbackAndBack(t *testing.T) {
 
 	e2e.RestartManagementServer(t, primary)
 	w.wantData(ctx, t, lPrimary)
-	for secondaryOpen.Load() != 0 {
-		select {
-		case <-ctx.Done():
-			t.Fatal("the stream to the secondary was not closed after going back to the primary")
-		default:
+	testutils.WaitFor(ctx, t, "the stream to the secondary to close after going back to the primary", func() error {
+		if n := secondaryOpen.Load(); n != 0 {
+			return fmt.Errorf("%d streams open", n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // Resources cached from the primary keep serving while a fallback server

@@ -22,7 +22,7 @@ import (
 func TestMain(m *testing.M) { testutils.VerifyNoLeaks(m) }
 
 const (
-	defaultTestTimeout      = 10 * time.Second
+	defaultTestTimeout      = testutils.DefaultTimeout
 	defaultTestShortTimeout = 300 * time.Millisecond
 
 	listenerURL = "type.googleapis.com/envoy.config.listener.v3.Listener"
@@ -237,10 +237,14 @@ func newClient(t *testing.T, bo e2e.BootstrapOptions, opts xdsclient.Options) *x
 	return c
 }
 
+// testContext is testutils.Context, under the name this package's many
+// tests already use, and checks that the test leaves no goroutine behind
+// (testutils.CheckGoroutines; the package's tests do not run in parallel).
+// Call it first in a test, before anything registers a cleanup.
 func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
-	t.Cleanup(cancel)
-	return ctx
+	t.Helper()
+	testutils.CheckGoroutines(t)
+	return testutils.Context(t)
 }
 
 func update(ctx context.Context, t *testing.T, ms *e2e.ManagementServer, r e2e.Resources) {

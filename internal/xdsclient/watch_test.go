@@ -2,6 +2,7 @@ package xdsclient_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -232,10 +233,18 @@ func TestCancelFromCallback(t *testing.T) {
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- c.WaitCallbacks(ctx) }()
+	// The callback is still running (it waits for release), so a
+	// WaitCallbacks with a short deadline must end by that deadline; the one
+	// started before it must not have returned either.
+	sctx, scancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer scancel()
+	if err := c.WaitCallbacks(sctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitCallbacks = %v while the watcher's callback was running, want %v", err, context.DeadlineExceeded)
+	}
 	select {
 	case err := <-waited:
 		t.Fatalf("WaitCallbacks returned (%v) while the watcher's callback was running", err)
-	case <-time.After(defaultTestShortTimeout):
+	default:
 	}
 	close(release)
 	select {
@@ -251,14 +260,18 @@ func TestCancelFromCallback(t *testing.T) {
 	w2.wantNothing(t)
 
 	// WaitCallbacks gives up with ctx.
-	sctx, scancel := context.WithTimeout(ctx, time.Millisecond)
-	defer scancel()
-	blocked := make(chan struct{})
-	w3 := funcWatcher{testWatcher: newTestWatcher(), onData: func() { <-blocked }}
+	entered3, blocked := make(chan struct{}), make(chan struct{})
+	w3 := funcWatcher{testWatcher: newTestWatcher(), onData: func() { close(entered3); <-blocked }}
 	defer c.WatchResource(listenerType, "lis", w3)()
 	defer close(blocked)
-	time.Sleep(10 * time.Millisecond)
-	if err := c.WaitCallbacks(sctx); err == nil {
+	select {
+	case <-entered3:
+	case <-ctx.Done():
+		t.Fatal("timed out waiting for the blocking callback to start")
+	}
+	sctx3, scancel3 := context.WithTimeout(ctx, time.Millisecond)
+	defer scancel3()
+	if err := c.WaitCallbacks(sctx3); err == nil {
 		t.Error("WaitCallbacks returned nil while a callback was blocked and ctx ended, want ctx's error")
 	}
 }

@@ -165,6 +165,7 @@ func expectRefused(t *testing.T, p *Proxy) {
 }
 
 func TestForwardsBothWays(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	u := startUpstream(t, echo)
 	p := newProxy(t, u.lis.Addr().String())
 	a, b := dial(t, p), dial(t, p)
@@ -191,6 +192,7 @@ func TestForwardsBothWays(t *testing.T) {
 }
 
 func TestCutClosesAndRefusesUntilRestore(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	u := startUpstream(t, echo)
 	p := newProxy(t, u.lis.Addr().String())
 	a := dial(t, p)
@@ -212,6 +214,7 @@ func TestCutClosesAndRefusesUntilRestore(t *testing.T) {
 }
 
 func TestBlackHoleHoldsBytesUntilRestore(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	u := startUpstream(t, echo)
 	p := newProxy(t, u.lis.Addr().String())
 	a := dial(t, p)
@@ -241,6 +244,7 @@ func TestBlackHoleHoldsBytesUntilRestore(t *testing.T) {
 }
 
 func TestCutThenBlackHoleHangsReconnections(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	u := startUpstream(t, echo)
 	p := newProxy(t, u.lis.Addr().String())
 	a := dial(t, p)
@@ -262,6 +266,7 @@ func TestCutThenBlackHoleHangsReconnections(t *testing.T) {
 }
 
 func TestCutDuringBlackHoleClosesHeldConnections(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	u := startUpstream(t, echo)
 	p := newProxy(t, u.lis.Addr().String())
 	a := dial(t, p)
@@ -279,6 +284,7 @@ func TestCutDuringBlackHoleClosesHeldConnections(t *testing.T) {
 }
 
 func TestResetMidResponse(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	const size = 1000
 	u := startUpstream(t, responder(size))
 	p := newProxy(t, u.lis.Addr().String())
@@ -321,6 +327,7 @@ func TestResetMidResponse(t *testing.T) {
 }
 
 func TestUnreachableTargetClosesConnection(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -332,6 +339,7 @@ func TestUnreachableTargetClosesConnection(t *testing.T) {
 }
 
 func TestCloseStopsEverything(t *testing.T) {
+	testutils.CheckGoroutines(t)
 	u := startUpstream(t, echo)
 	p, err := New(u.lis.Addr().String())
 	if err != nil {
