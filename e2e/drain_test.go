@@ -21,6 +21,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/proxyless-grpc/xds"
+	srvstatus "github.com/proxyless-grpc/xds/internal/server/status"
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 )
 
@@ -161,7 +163,12 @@ func TestDrain_OnlyChangedChains(t *testing.T) {
 	env.update(ctx, t, []*listenerpb.Listener{testListener(addr, []chainSpec{chainA, chainB2}, nil)}, nil)
 	probe := newClient(t, addr, "127.0.0.2", 0)
 	waitForCode(ctx, t, "UnaryCall on a new connection to the changed chain B", codes.Unavailable, probe.unaryCallNoOpts)
-	time.Sleep(defaultTestShortTimeout) // give a wrong drain time to happen
+	// The update drained c2's connection; a wrong drain of chain A's would
+	// have been started before (the listener drains rerouted connections,
+	// then retired chains, after storing the new table): once the first is
+	// visible, chain A must still have both of its connections in service.
+	waitForChainConns(ctx, t, s, "B", true, chainConns{draining: 1})
+	waitForChainConns(ctx, t, s, "A", false, chainConns{live: 2})
 	for _, st := range []*stream{st1, st2, st3} {
 		st.pingPong(t)
 	}
@@ -215,7 +222,10 @@ func TestDrain_RerouteDrainsOnlyReroutedConnections(t *testing.T) {
 	env.update(ctx, t, []*listenerpb.Listener{testListener(addr, []chainSpec{chainA, chainB, chainC}, nil)}, nil)
 	probe := newClient(t, addr, "127.0.0.1", 0)
 	probe.waitForChain(ctx, t, "C", names...)
-	time.Sleep(defaultTestShortTimeout) // give a wrong drain time to happen
+	// c1's connection, rerouted to C, drains; c3's stays live on A. Both
+	// are decided in the same step of the update: once the drain shows, a
+	// wrong one would too.
+	waitForChainConns(ctx, t, s, "A", false, chainConns{live: 1, draining: 1})
 	st1.pingPong(t)
 	st1.finish(t) // drained, but the in-flight stream ends with OK
 	c1.waitForChain(ctx, t, "C", names...)
@@ -627,4 +637,33 @@ func TestStopDuringDrain(t *testing.T) {
 			s.waitServeReturned(nil)
 		})
 	}
+}
+
+// chainConns counts a chain server's connections, as the status page does.
+type chainConns struct{ live, draining int }
+
+// waitForChainConns waits until the chain named name of s's only listener,
+// in service or (retired) out of it, has exactly want connections.
+func waitForChainConns(ctx context.Context, t *testing.T, s *testServer, name string, retired bool, want chainConns) {
+	t.Helper()
+	testutils.WaitFor(ctx, t, fmt.Sprintf("chain %q (retired: %v) with %+v connections", name, retired, want), func() error {
+		st := srvstatus.ServerOf(s.GRPCServer)
+		if len(st.Listeners) != 1 {
+			return fmt.Errorf("%d listeners", len(st.Listeners))
+		}
+		chains := st.Listeners[0].Chains
+		if retired {
+			chains = st.Listeners[0].Retired
+		}
+		var got []chainConns
+		for _, c := range chains {
+			if c.Chain.Name == name {
+				got = append(got, chainConns{live: c.Conns.Live, draining: c.Conns.Draining})
+			}
+		}
+		if len(got) != 1 || got[0] != want {
+			return fmt.Errorf("chain servers named %q: %+v", name, got)
+		}
+		return nil
+	})
 }

@@ -1,7 +1,9 @@
 package e2e_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"runtime"
 	"strings"
 	"testing"
@@ -27,6 +29,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 	"github.com/proxyless-grpc/xds/internal/testutils/testcerts"
 )
@@ -200,16 +203,13 @@ func endpoints(host string, port uint32) *endpointpb.ClusterLoadAssignment {
 // a function whose name starts with prefix, and fails t if one remains.
 func waitForGoroutinesGone(t *testing.T, prefix string, d time.Duration) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
 	buf := make([]byte, 1<<20)
-	for deadline := time.Now().Add(d); ; {
-		n := runtime.Stack(buf, true)
-		if !strings.Contains(string(buf[:n]), prefix) {
-			return
+	testutils.WaitFor(ctx, t, "the goroutines of "+prefix+" to end", func() error {
+		if n := runtime.Stack(buf, true); strings.Contains(string(buf[:n]), prefix) {
+			return errors.New("still running")
 		}
-		if time.Now().After(deadline) {
-			t.Errorf("goroutines of %s still running after %v", prefix, d)
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -7,10 +7,10 @@ import (
 	"runtime"
 	"sync"
 	"testing"
-	"time"
 
 	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/google/go-cmp/cmp"
+	"github.com/proxyless-grpc/xds/internal/testutils"
 )
 
 // recordingAfter appends its name to *log and returns err.
@@ -171,14 +171,13 @@ func TestRetain(t *testing.T) {
 	runtime.KeepAlive(a1)
 
 	// Nothing holds the values any more: once collected, their keys go.
-	deadline := time.Now().Add(5 * time.Second)
-	for s.len() > 0 && time.Now().Before(deadline) {
+	testutils.WaitFor(testutils.Context(t), t, "the keys of collected values to go", func() error {
 		runtime.GC()
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := s.len(); n > 0 {
-		t.Errorf("%d keys retained after the values were collected, want 0", n)
-	}
+		if n := s.len(); n > 0 {
+			return fmt.Errorf("%d keys retained", n)
+		}
+		return nil
+	})
 	builds = 0
 	if a := Retain(&s, "a", build); a.n != 1 || builds != 1 {
 		t.Errorf("Retain after collection: value %d after %d builds, want a new value", a.n, builds)

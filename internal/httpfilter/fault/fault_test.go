@@ -254,9 +254,12 @@ func TestMaxActiveFaults(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- httpfilter.AfterOf(hctx).RunAfter(hctx) }()
 	// Wait until the first fault is active.
-	for deadline := time.Now().Add(5 * time.Second); active.Load() == 0 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
+	testutils.WaitFor(testutils.Context(t), t, "the first fault to be active", func() error {
+		if active.Load() == 0 {
+			return errors.New("no active fault")
+		}
+		return nil
+	})
 	ctx, err := s.Run(context.Background(), rpcWith())
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -16,6 +18,7 @@ import (
 	"google.golang.org/grpc/mem"
 
 	"github.com/proxyless-grpc/xds/internal/filterchain"
+	"github.com/proxyless-grpc/xds/internal/testutils"
 )
 
 const defaultTestTimeout = 10 * time.Second
@@ -115,7 +118,7 @@ func TestConnReadOnReadyTCPRoundTrip(t *testing.T) {
 
 	// An idle read waits for data without holding a pooled buffer.
 	res := readOnReadyAsync(c, 64, pool)
-	time.Sleep(50 * time.Millisecond)
+	waitReadParked(t)
 	if got := pool.out.Load(); got != 0 {
 		t.Errorf("buffers held by a ReadOnReady waiting on an idle connection = %d, want 0", got)
 	}
@@ -211,7 +214,7 @@ func TestConnReadOnReadyTCPClose(t *testing.T) {
 
 	// Close unblocks a waiting read, and later reads fail too.
 	res := readOnReadyAsync(c, 64, pool)
-	time.Sleep(20 * time.Millisecond)
+	waitReadParked(t)
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close() = %v", err)
 	}
@@ -444,3 +447,18 @@ type pipeAddr struct{}
 
 func (pipeAddr) Network() string { return "pipe" }
 func (pipeAddr) String() string  { return "pipe" }
+
+// waitReadParked waits until a goroutine is parked in the network poller
+// inside ReadOnReady: the read is waiting for data.
+func waitReadParked(t *testing.T) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	testutils.WaitFor(testutils.Context(t), t, "a ReadOnReady parked in the poller", func() error {
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "[IO wait") && strings.Contains(g, ").ReadOnReady(") {
+				return nil
+			}
+		}
+		return errors.New("no goroutine waits in ReadOnReady")
+	})
+}
