@@ -29,6 +29,7 @@ import (
 	"github.com/proxyless-grpc/xds/internal/server/connserver"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
+	"github.com/proxyless-grpc/xds/internal/testutils/xdsfake"
 	"github.com/proxyless-grpc/xds/internal/xdsclient"
 	"github.com/proxyless-grpc/xds/internal/xdsresource"
 )
@@ -51,7 +52,7 @@ func testCtx(t *testing.T) context.Context {
 // testEnv is one Listener on a pipeListener (no socket), configured
 // through a fake xDS client, serving the grpc.testing service.
 type testEnv struct {
-	xds   *fakeClient
+	xds   *xdsfake.Client
 	lis   *pipeListener
 	l     *Listener
 	host  string
@@ -95,7 +96,7 @@ func newTestEnv(t *testing.T, o envOptions) *testEnv {
 func newEnvNoListener(t *testing.T) *testEnv {
 	t.Helper()
 	env := &testEnv{
-		xds:   newFakeClient(&bootstrap.Config{}),
+		xds:   xdsfake.NewClient(&bootstrap.Config{}),
 		host:  "127.0.0.1",
 		port:  8000 + lastPort.Add(1),
 		modes: make(chan modeChange, 100),
@@ -137,10 +138,10 @@ func (env *testEnv) newListener(t *testing.T, client XDSClient, o envOptions) *L
 		if err := <-serveErr; err != nil {
 			t.Errorf("Serve returned %v after Close, want nil", err)
 		}
-		if ws := env.xds.watchedNames(xdsresource.ListenerType); len(ws) != 0 {
+		if ws := env.xds.WatchedNames(xdsresource.ListenerType); len(ws) != 0 {
 			t.Errorf("Listener watches %v left after Close", ws)
 		}
-		if ws := env.xds.watchedNames(xdsresource.RouteConfigType); len(ws) != 0 {
+		if ws := env.xds.WatchedNames(xdsresource.RouteConfigType); len(ws) != 0 {
 			t.Errorf("RouteConfiguration watches %v left after Close", ws)
 		}
 	})
@@ -206,7 +207,7 @@ func decodeRoute(t *testing.T, rc *routepb.RouteConfiguration) *xdsresource.Rout
 // send delivers l; it returns once the listener has handled it.
 func (env *testEnv) send(ctx context.Context, t *testing.T, l *listenerpb.Listener) {
 	t.Helper()
-	env.xds.sendListener(ctx, t, decodeListener(t, l))
+	env.xds.SendListener(ctx, t, decodeListener(t, l))
 }
 
 // update delivers l and returns the configuration the listener applied

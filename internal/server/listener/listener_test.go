@@ -22,6 +22,7 @@ import (
 	"github.com/proxyless-grpc/xds/internal/server/connserver"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
+	"github.com/proxyless-grpc/xds/internal/testutils/xdsfake"
 	"github.com/proxyless-grpc/xds/internal/xdsclient"
 	"github.com/proxyless-grpc/xds/internal/xdsresource"
 )
@@ -42,7 +43,7 @@ func checkStats(t *testing.T, cs *connserver.ChainServer, want connserver.Stats,
 func TestFirstListenerServes(t *testing.T) {
 	ctx := testCtx(t)
 	env := newTestEnv(t, envOptions{})
-	if n := env.xds.watching(xdsresource.ListenerType, env.name); n != 1 {
+	if n := env.xds.Watching(xdsresource.ListenerType, env.name); n != 1 {
 		t.Fatalf("%d watches of Listener %q, want 1", n, env.name)
 	}
 	expectClosedWithoutBytes(ctx, t, env)
@@ -136,7 +137,7 @@ func TestReuseDecision(t *testing.T) {
 func TestNotServingAndBack(t *testing.T) {
 	ctx := testCtx(t)
 	env := newTestEnv(t, envOptions{})
-	env.xds.sendListenerError(ctx, t, env.name, doesNotExist(xdsresource.ListenerType, env.name))
+	env.xds.SendListenerError(ctx, t, env.name, xdsfake.DoesNotExist(xdsresource.ListenerType, env.name))
 	m := env.waitMode(ctx, t, connectivity.ServingModeNotServing)
 	if !errors.Is(m.err, xdsclient.ErrResourceDoesNotExist) {
 		t.Errorf("not serving error = %v, want does-not-exist", m.err)
@@ -156,7 +157,7 @@ func TestNotServingAndBack(t *testing.T) {
 	unaryOK(ctx, t, env.dial(t))
 	conn, cs := env.lastConn(t), serverNamed(t, cfg, "x")
 
-	env.xds.sendListenerError(ctx, t, env.name, doesNotExist(xdsresource.ListenerType, env.name))
+	env.xds.SendListenerError(ctx, t, env.name, xdsfake.DoesNotExist(xdsresource.ListenerType, env.name))
 	env.waitMode(ctx, t, connectivity.ServingModeNotServing)
 	if env.l.cur.Load() != nil {
 		t.Error("active configuration kept after the Listener was deleted")
@@ -210,9 +211,9 @@ func TestAmbientErrorsKeepServing(t *testing.T) {
 	unaryOK(ctx, t, client)
 	conn := env.lastConn(t)
 
-	env.xds.sendListenerAmbient(ctx, t, env.name, nack(xdsresource.ListenerType, env.name, errors.New("bad filter chain")))
+	env.xds.SendListenerAmbient(ctx, t, env.name, xdsfake.NACK(xdsresource.ListenerType, env.name, errors.New("bad filter chain")))
 	for range 3 {
-		env.xds.sendListenerAmbient(ctx, t, env.name, connectionError(errors.New("connection refused")))
+		env.xds.SendListenerAmbient(ctx, t, env.name, xdsfake.ConnectionError(errors.New("connection refused")))
 	}
 	env.noModeChange(t)
 	if env.l.cur.Load() != cfg {
@@ -243,12 +244,12 @@ func TestWaitsForRDS(t *testing.T) {
 	if env.l.cur.Load() != nil {
 		t.Fatal("a Listener was applied before its RouteConfiguration answered")
 	}
-	if n := env.xds.watching(xdsresource.RouteConfigType, "rds-1"); n != 1 {
+	if n := env.xds.Watching(xdsresource.RouteConfigType, "rds-1"); n != 1 {
 		t.Fatalf("%d watches of rds-1, want 1", n)
 	}
 	expectClosedWithoutBytes(ctx, t, env)
 
-	env.xds.sendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-1")))
+	env.xds.SendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-1")))
 	env.waitMode(ctx, t, connectivity.ServingModeServing)
 	client := env.dial(t)
 	unaryOK(ctx, t, client)
@@ -261,7 +262,7 @@ func TestWaitsForRDS(t *testing.T) {
 		t.Fatal("a Listener was applied before its new RouteConfiguration answered")
 	}
 	unaryOK(ctx, t, client)
-	env.xds.sendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-2")))
+	env.xds.SendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-2")))
 	if cfg := env.l.cur.Load(); cfg == old || cfg.res.Table.Chains()[0].HCM.RDSName != "rds-2" {
 		t.Fatal("the Listener naming rds-2 was not applied once rds-2 answered")
 	}
@@ -277,7 +278,7 @@ func TestRDSWatchesFollowListener(t *testing.T) {
 	env := newTestEnv(t, envOptions{})
 	watched := func(want ...string) {
 		t.Helper()
-		got := env.xds.watchedNames(xdsresource.RouteConfigType)
+		got := env.xds.WatchedNames(xdsresource.RouteConfigType)
 		ok := len(got) == len(want)
 		for _, n := range want {
 			ok = ok && got[n]
@@ -290,18 +291,18 @@ func TestRDSWatchesFollowListener(t *testing.T) {
 	def := chainSpec{name: "def", rdsName: "rds-def", isDefault: true}
 	env.send(ctx, t, testListener(env, a, def))
 	watched("rds-a", "rds-def")
-	env.xds.sendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-a")))
-	env.xds.sendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-def")))
+	env.xds.SendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-a")))
+	env.xds.SendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-def")))
 	env.waitMode(ctx, t, connectivity.ServingModeServing)
 
 	// Pending: the applied Listener's names stay watched.
 	def.rdsName = "rds-def-2"
 	env.send(ctx, t, testListener(env, a, def))
 	watched("rds-a", "rds-def", "rds-def-2")
-	env.xds.sendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-def-2")))
+	env.xds.SendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-def-2")))
 	watched("rds-a", "rds-def-2")
 
-	env.xds.sendListenerError(ctx, t, env.name, doesNotExist(xdsresource.ListenerType, env.name))
+	env.xds.SendListenerError(ctx, t, env.name, xdsfake.DoesNotExist(xdsresource.ListenerType, env.name))
 	env.waitMode(ctx, t, connectivity.ServingModeNotServing)
 	watched()
 }
@@ -314,7 +315,7 @@ func TestRDSNotFoundThenPublished(t *testing.T) {
 	ctx := testCtx(t)
 	env := newTestEnv(t, envOptions{})
 	env.send(ctx, t, testListener(env, chainSpec{name: "x", rdsName: "rds-1", isDefault: true}))
-	env.xds.sendRouteError(ctx, t, "rds-1", doesNotExist(xdsresource.RouteConfigType, "rds-1"))
+	env.xds.SendRouteError(ctx, t, "rds-1", xdsfake.DoesNotExist(xdsresource.RouteConfigType, "rds-1"))
 	env.waitMode(ctx, t, connectivity.ServingModeServing)
 	client := env.dial(t)
 	_, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{}, grpc.WaitForReady(true))
@@ -323,13 +324,13 @@ func TestRDSNotFoundThenPublished(t *testing.T) {
 	}
 	cs := serverNamed(t, env.l.cur.Load(), "x")
 
-	env.xds.sendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-1")))
+	env.xds.SendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-1")))
 	unaryOK(ctx, t, client)
 
 	// A route without non_forwarding_action fails RPCs (gRFC A36).
 	bad := e2e.DefaultRouteConfig("rds-1")
 	bad.VirtualHosts[0].Routes[0].Action = &routepb.Route_Route{Route: &routepb.RouteAction{ClusterSpecifier: &routepb.RouteAction_Cluster{Cluster: "c"}}}
-	env.xds.sendRoute(ctx, t, decodeRoute(t, bad))
+	env.xds.SendRoute(ctx, t, decodeRoute(t, bad))
 	if _, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{}); status.Code(err) != codes.Unavailable {
 		t.Fatalf("UnaryCall after the bad routes = %v, want UNAVAILABLE", err)
 	}

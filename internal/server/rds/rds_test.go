@@ -17,6 +17,7 @@ import (
 	"github.com/proxyless-grpc/xds/internal/syncutil"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
+	"github.com/proxyless-grpc/xds/internal/testutils/xdsfake"
 	"github.com/proxyless-grpc/xds/internal/xdsclient"
 	"github.com/proxyless-grpc/xds/internal/xdsresource"
 )
@@ -39,7 +40,7 @@ func testCtx(t *testing.T) context.Context {
 // env is an rds.Handler on a serializer of its own, as a listener runs it,
 // watching through a fake xDS client.
 type env struct {
-	xds     *fakeClient
+	xds     *xdsfake.Client
 	h       *rds.Handler
 	ser     *syncutil.CallbackSerializer
 	answers chan struct{} // one per OnAnswer
@@ -48,7 +49,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{xds: newFakeClient(), ser: syncutil.NewCallbackSerializer(), answers: make(chan struct{}, 100)}
+	e := &env{xds: xdsfake.NewClient(nil), ser: syncutil.NewCallbackSerializer(), answers: make(chan struct{}, 100)}
 	name := testutils.RunName(t)
 	e.logTag = "[rds " + name + "]"
 	e.h = rds.New(rds.Params{
@@ -66,7 +67,7 @@ func newEnv(t *testing.T) *env {
 	})
 	t.Cleanup(func() {
 		e.do(t, e.h.Close)
-		if n := len(e.xds.watchedNames(xdsresource.RouteConfigType)); n != 0 {
+		if n := len(e.xds.WatchedNames(xdsresource.RouteConfigType)); n != 0 {
 			t.Errorf("%d RouteConfiguration watch(es) left after Close", n)
 		}
 		e.ser.Close()
@@ -182,19 +183,19 @@ func TestReadyAfterFirstAnswers(t *testing.T) {
 	e := newEnv(t)
 	l := listenerNaming(t, "rds-a", "rds-b")
 	e.do(t, func() { e.h.Watch(l) })
-	if got := e.xds.watchedNames(xdsresource.RouteConfigType); len(got) != 2 || !got["rds-a"] || !got["rds-b"] {
+	if got := e.xds.WatchedNames(xdsresource.RouteConfigType); len(got) != 2 || !got["rds-a"] || !got["rds-b"] {
 		t.Fatalf("watched %v, want rds-a and rds-b", got)
 	}
 	if e.ready(t, l) {
 		t.Fatal("Ready before any answer")
 	}
 
-	e.xds.sendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-a")))
+	e.xds.SendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-a")))
 	e.answered(t, 1)
 	if e.ready(t, l) {
 		t.Fatal("Ready with rds-b unanswered")
 	}
-	e.xds.sendRouteError(ctx, t, "rds-b", doesNotExist(xdsresource.RouteConfigType, "rds-b"))
+	e.xds.SendRouteError(ctx, t, "rds-b", xdsfake.DoesNotExist(xdsresource.RouteConfigType, "rds-b"))
 	e.answered(t, 1)
 	if !e.ready(t, l) {
 		t.Fatal("not Ready after both answered")
@@ -210,7 +211,7 @@ func TestReadyAfterFirstAnswers(t *testing.T) {
 
 	// Watching the same Listener again starts no second watch.
 	e.do(t, func() { e.h.Watch(l) })
-	if n := e.xds.watching(xdsresource.RouteConfigType, "rds-a"); n != 1 {
+	if n := e.xds.Watching(xdsresource.RouteConfigType, "rds-a"); n != 1 {
 		t.Errorf("%d watches of rds-a, want 1", n)
 	}
 }
@@ -224,7 +225,7 @@ func TestUpdateReachesSource(t *testing.T) {
 	e := newEnv(t)
 	l := listenerNaming(t, "rds-a")
 	e.do(t, func() { e.h.Watch(l) })
-	e.xds.sendRoute(ctx, t, routeWithVHost(t, "rds-a", "v1"))
+	e.xds.SendRoute(ctx, t, routeWithVHost(t, "rds-a", "v1"))
 	hcm := l.Table.Chains()[0].HCM
 	var src, src2 *rpcpath.Source
 	var release, release2 func()
@@ -239,16 +240,16 @@ func TestUpdateReachesSource(t *testing.T) {
 		t.Fatalf("routes of virtual host %q, want v1", got)
 	}
 
-	e.xds.sendRoute(ctx, t, routeWithVHost(t, "rds-a", "v2"))
+	e.xds.SendRoute(ctx, t, routeWithVHost(t, "rds-a", "v2"))
 	if got := vhostOf(src); got != "v2" {
 		t.Errorf("after an update: routes of virtual host %q, want v2", got)
 	}
 
-	e.xds.sendRouteError(ctx, t, "rds-a", doesNotExist(xdsresource.RouteConfigType, "rds-a"))
+	e.xds.SendRouteError(ctx, t, "rds-a", xdsfake.DoesNotExist(xdsresource.RouteConfigType, "rds-a"))
 	if err := src.Load().Err(); !errors.Is(err, xdsclient.ErrResourceDoesNotExist) {
 		t.Errorf("after does-not-exist: source error %v, want does-not-exist", err)
 	}
-	e.xds.sendRoute(ctx, t, routeWithVHost(t, "rds-a", "v3"))
+	e.xds.SendRoute(ctx, t, routeWithVHost(t, "rds-a", "v3"))
 	if got := vhostOf(src); got != "v3" {
 		t.Errorf("after a new version: routes of virtual host %q, want v3", got)
 	}
@@ -265,8 +266,8 @@ func TestAmbientErrors(t *testing.T) {
 	e := newEnv(t)
 	l := listenerNaming(t, "rds-a", "rds-b")
 	e.do(t, func() { e.h.Watch(l) })
-	e.xds.sendRoute(ctx, t, routeWithVHost(t, "rds-a", "good"))
-	e.xds.sendRouteAmbient(ctx, t, "rds-b", connectionError(errors.New("connection refused")))
+	e.xds.SendRoute(ctx, t, routeWithVHost(t, "rds-a", "good"))
+	e.xds.SendRouteAmbient(ctx, t, "rds-b", xdsfake.ConnectionError(errors.New("connection refused")))
 	e.answered(t, 2)
 	if !e.ready(t, l) {
 		t.Fatal("not Ready after a connectivity error answered rds-b")
@@ -277,8 +278,8 @@ func TestAmbientErrors(t *testing.T) {
 		t.Errorf("rds-b source error = %v, want the connectivity error", err)
 	}
 
-	e.xds.sendRouteAmbient(ctx, t, "rds-a", nack(xdsresource.RouteConfigType, "rds-a", errors.New("bad route")))
-	e.xds.sendRouteAmbient(ctx, t, "rds-a", connectionError(errors.New("connection reset")))
+	e.xds.SendRouteAmbient(ctx, t, "rds-a", xdsfake.NACK(xdsresource.RouteConfigType, "rds-a", errors.New("bad route")))
+	e.xds.SendRouteAmbient(ctx, t, "rds-a", xdsfake.ConnectionError(errors.New("connection reset")))
 	e.answered(t, 0)
 	if r := srcs[0].Load(); r.Err() != nil || vhostOf(srcs[0]) != "good" {
 		t.Errorf("rds-a after ambient errors: err %v, virtual host %q; want the last good routes", r.Err(), vhostOf(srcs[0]))
@@ -297,14 +298,14 @@ func TestRetainCancelsUnused(t *testing.T) {
 	e := newEnv(t)
 	old := listenerNaming(t, "rds-a", "rds-b")
 	e.do(t, func() { e.h.Watch(old) })
-	e.xds.sendRoute(ctx, t, routeWithVHost(t, "rds-a", "a1"))
-	e.xds.sendRoute(ctx, t, routeWithVHost(t, "rds-b", "b1"))
+	e.xds.SendRoute(ctx, t, routeWithVHost(t, "rds-a", "a1"))
+	e.xds.SendRoute(ctx, t, routeWithVHost(t, "rds-b", "b1"))
 	e.answered(t, 2)
 	srcs := e.sources(t, old)
 	// The real client may already be calling a watcher when it is
 	// cancelled; keep rds-a's to play that call afterwards.
 	var late []xdsclient.ResourceWatcher
-	e.xds.deliver(ctx, t, xdsresource.RouteConfigType, "rds-a", func(w xdsclient.ResourceWatcher, onDone func()) {
+	e.xds.Deliver(ctx, t, xdsresource.RouteConfigType, "rds-a", func(w xdsclient.ResourceWatcher, onDone func()) {
 		late = append(late, w)
 		onDone()
 	})
@@ -314,7 +315,7 @@ func TestRetainCancelsUnused(t *testing.T) {
 		e.h.Watch(next)
 		e.h.Retain(next)
 	})
-	got := e.xds.watchedNames(xdsresource.RouteConfigType)
+	got := e.xds.WatchedNames(xdsresource.RouteConfigType)
 	if len(got) != 2 || !got["rds-b"] || !got["rds-c"] {
 		t.Errorf("watched %v after Retain, want rds-b and rds-c", got)
 	}
@@ -322,7 +323,7 @@ func TestRetainCancelsUnused(t *testing.T) {
 		t.Errorf("the rds-a source still in use: virtual host %q, want its last routes (a1)", got)
 	}
 
-	callWatcher(ctx, t, late[0], func(w xdsclient.ResourceWatcher, onDone func()) {
+	xdsfake.CallWatcher(ctx, t, late[0], func(w xdsclient.ResourceWatcher, onDone func()) {
 		w.ResourceChanged(routeWithVHost(t, "rds-a", "a2"), onDone)
 	})
 	e.answered(t, 0)
@@ -332,7 +333,7 @@ func TestRetainCancelsUnused(t *testing.T) {
 
 	// Neither Listener: every watch goes.
 	e.do(t, func() { e.h.Retain(nil) })
-	if got := e.xds.watchedNames(xdsresource.RouteConfigType); len(got) != 0 {
+	if got := e.xds.WatchedNames(xdsresource.RouteConfigType); len(got) != 0 {
 		t.Errorf("watched %v after Retain of no Listener, want none", got)
 	}
 }
@@ -348,7 +349,7 @@ func TestConfigErrorLogging(t *testing.T) {
 	bad := e2e.DefaultRouteConfig(name)
 	bad.VirtualHosts[0].Routes[0].Action = &routepb.Route_Route{Route: &routepb.RouteAction{ClusterSpecifier: &routepb.RouteAction_Cluster{Cluster: "c"}}}
 	for _, rc := range []*routepb.RouteConfiguration{bad, e2e.DefaultRouteConfig(name)} {
-		e.xds.sendRoute(ctx, t, decodeRoute(t, rc))
+		e.xds.SendRoute(ctx, t, decodeRoute(t, rc))
 	}
 	e.answered(t, 2)
 	if n := logs.Count("W", e.logTag, "configuration error:", `"`+name+`"`, "non_forwarding_action"); n != 1 {
