@@ -14,14 +14,11 @@ import (
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/proxyless-grpc/xds/internal/bootstrap"
@@ -30,7 +27,6 @@ import (
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 	"github.com/proxyless-grpc/xds/internal/testutils/xdsfake"
-	"github.com/proxyless-grpc/xds/internal/xdsclient"
 	"github.com/proxyless-grpc/xds/internal/xdsresource"
 )
 
@@ -176,38 +172,10 @@ func (env *testEnv) noModeChange(t *testing.T) {
 	}
 }
 
-// decodeListener decodes l as the real client does before delivering it.
-func decodeListener(t *testing.T, l *listenerpb.Listener) *xdsresource.Listener {
-	t.Helper()
-	b, err := proto.Marshal(l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, d, err := xdsresource.ListenerType.Decode(xdsclient.DecodeInput{Resource: &anypb.Any{TypeUrl: xdsresource.ListenerTypeURL, Value: b}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d.(*xdsresource.Listener)
-}
-
-// decodeRoute decodes rc as the real client does before delivering it.
-func decodeRoute(t *testing.T, rc *routepb.RouteConfiguration) *xdsresource.RouteConfig {
-	t.Helper()
-	b, err := proto.Marshal(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, d, err := xdsresource.RouteConfigType.Decode(xdsclient.DecodeInput{Resource: &anypb.Any{TypeUrl: xdsresource.RouteConfigType.TypeURL, Value: b}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d.(*xdsresource.RouteConfig)
-}
-
 // send delivers l; it returns once the listener has handled it.
 func (env *testEnv) send(ctx context.Context, t *testing.T, l *listenerpb.Listener) {
 	t.Helper()
-	env.xds.SendListener(ctx, t, decodeListener(t, l))
+	env.xds.SendListener(ctx, t, xdsfake.DecodeListener(t, l))
 }
 
 // update delivers l and returns the configuration the listener applied

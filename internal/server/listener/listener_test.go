@@ -249,7 +249,7 @@ func TestWaitsForRDS(t *testing.T) {
 	}
 	expectClosedWithoutBytes(ctx, t, env)
 
-	env.xds.SendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-1")))
+	env.xds.SendRoute(ctx, t, xdsfake.DecodeRoute(t, e2e.DefaultRouteConfig("rds-1")))
 	env.waitMode(ctx, t, connectivity.ServingModeServing)
 	client := env.dial(t)
 	unaryOK(ctx, t, client)
@@ -262,7 +262,7 @@ func TestWaitsForRDS(t *testing.T) {
 		t.Fatal("a Listener was applied before its new RouteConfiguration answered")
 	}
 	unaryOK(ctx, t, client)
-	env.xds.SendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-2")))
+	env.xds.SendRoute(ctx, t, xdsfake.DecodeRoute(t, e2e.DefaultRouteConfig("rds-2")))
 	if cfg := env.l.cur.Load(); cfg == old || cfg.res.Table.Chains()[0].HCM.RDSName != "rds-2" {
 		t.Fatal("the Listener naming rds-2 was not applied once rds-2 answered")
 	}
@@ -291,15 +291,15 @@ func TestRDSWatchesFollowListener(t *testing.T) {
 	def := chainSpec{name: "def", rdsName: "rds-def", isDefault: true}
 	env.send(ctx, t, testListener(env, a, def))
 	watched("rds-a", "rds-def")
-	env.xds.SendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-a")))
-	env.xds.SendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-def")))
+	env.xds.SendRoute(ctx, t, xdsfake.DecodeRoute(t, e2e.DefaultRouteConfig("rds-a")))
+	env.xds.SendRoute(ctx, t, xdsfake.DecodeRoute(t, e2e.DefaultRouteConfig("rds-def")))
 	env.waitMode(ctx, t, connectivity.ServingModeServing)
 
 	// Pending: the applied Listener's names stay watched.
 	def.rdsName = "rds-def-2"
 	env.send(ctx, t, testListener(env, a, def))
 	watched("rds-a", "rds-def", "rds-def-2")
-	env.xds.SendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-def-2")))
+	env.xds.SendRoute(ctx, t, xdsfake.DecodeRoute(t, e2e.DefaultRouteConfig("rds-def-2")))
 	watched("rds-a", "rds-def-2")
 
 	env.xds.SendListenerError(ctx, t, env.name, xdsfake.DoesNotExist(xdsresource.ListenerType, env.name))
@@ -324,13 +324,13 @@ func TestRDSNotFoundThenPublished(t *testing.T) {
 	}
 	cs := serverNamed(t, env.l.cur.Load(), "x")
 
-	env.xds.SendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-1")))
+	env.xds.SendRoute(ctx, t, xdsfake.DecodeRoute(t, e2e.DefaultRouteConfig("rds-1")))
 	unaryOK(ctx, t, client)
 
 	// A route without non_forwarding_action fails RPCs (gRFC A36).
 	bad := e2e.DefaultRouteConfig("rds-1")
 	bad.VirtualHosts[0].Routes[0].Action = &routepb.Route_Route{Route: &routepb.RouteAction{ClusterSpecifier: &routepb.RouteAction_Cluster{Cluster: "c"}}}
-	env.xds.SendRoute(ctx, t, decodeRoute(t, bad))
+	env.xds.SendRoute(ctx, t, xdsfake.DecodeRoute(t, bad))
 	if _, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{}); status.Code(err) != codes.Unavailable {
 		t.Fatalf("UnaryCall after the bad routes = %v, want UNAVAILABLE", err)
 	}

@@ -9,7 +9,6 @@ import (
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/proxyless-grpc/xds/internal/server/rds"
 	"github.com/proxyless-grpc/xds/internal/server/rpcpath"
@@ -117,29 +116,7 @@ func listenerNaming(t *testing.T, names ...string) *xdsresource.Listener {
 		fc.FilterChainMatch = &listenerpb.FilterChainMatch{SourcePorts: []uint32{uint32(i + 1)}}
 		l.FilterChains = append(l.FilterChains, fc)
 	}
-	b, err := proto.Marshal(l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, d, err := xdsresource.ListenerType.Decode(xdsclient.DecodeInput{Resource: &anypb.Any{TypeUrl: xdsresource.ListenerTypeURL, Value: b}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d.(*xdsresource.Listener)
-}
-
-// decodeRoute decodes rc as the real client does before delivering it.
-func decodeRoute(t *testing.T, rc *routepb.RouteConfiguration) *xdsresource.RouteConfig {
-	t.Helper()
-	b, err := proto.Marshal(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, d, err := xdsresource.RouteConfigType.Decode(xdsclient.DecodeInput{Resource: &anypb.Any{TypeUrl: xdsresource.RouteConfigType.TypeURL, Value: b}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d.(*xdsresource.RouteConfig)
+	return xdsfake.DecodeListener(t, l)
 }
 
 // routeWithVHost is the default RouteConfiguration called name, with its
@@ -148,7 +125,7 @@ func routeWithVHost(t *testing.T, name, vh string) *xdsresource.RouteConfig {
 	t.Helper()
 	rc := e2e.DefaultRouteConfig(name)
 	rc.VirtualHosts[0].Name = vh
-	return decodeRoute(t, rc)
+	return xdsfake.DecodeRoute(t, rc)
 }
 
 // vhostOf returns the virtual host of the first route of src's routes, or
@@ -190,7 +167,7 @@ func TestReadyAfterFirstAnswers(t *testing.T) {
 		t.Fatal("Ready before any answer")
 	}
 
-	e.xds.SendRoute(ctx, t, decodeRoute(t, e2e.DefaultRouteConfig("rds-a")))
+	e.xds.SendRoute(ctx, t, xdsfake.DecodeRoute(t, e2e.DefaultRouteConfig("rds-a")))
 	e.answered(t, 1)
 	if e.ready(t, l) {
 		t.Fatal("Ready with rds-b unanswered")
@@ -349,7 +326,7 @@ func TestConfigErrorLogging(t *testing.T) {
 	bad := e2e.DefaultRouteConfig(name)
 	bad.VirtualHosts[0].Routes[0].Action = &routepb.Route_Route{Route: &routepb.RouteAction{ClusterSpecifier: &routepb.RouteAction_Cluster{Cluster: "c"}}}
 	for _, rc := range []*routepb.RouteConfiguration{bad, e2e.DefaultRouteConfig(name)} {
-		e.xds.SendRoute(ctx, t, decodeRoute(t, rc))
+		e.xds.SendRoute(ctx, t, xdsfake.DecodeRoute(t, rc))
 	}
 	e.answered(t, 2)
 	if n := logs.Count("W", e.logTag, "configuration error:", `"`+name+`"`, "non_forwarding_action"); n != 1 {

@@ -10,6 +10,11 @@ import (
 	"sync/atomic"
 	"testing"
 
+	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
 	"github.com/proxyless-grpc/xds/internal/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/xdsclient"
 	"github.com/proxyless-grpc/xds/internal/xdsresource"
@@ -190,4 +195,31 @@ func NACK(rt *xdsclient.ResourceType, name string, cause error) error {
 // the management server.
 func ConnectionError(cause error) error {
 	return &xdsclient.Error{Kind: xdsclient.KindConnection, Server: "fake-server", Err: cause}
+}
+
+// DecodeListener decodes l as the real client does before delivering it
+// (validation included), failing t if it is invalid.
+func DecodeListener(t *testing.T, l *listenerpb.Listener) *xdsresource.Listener {
+	t.Helper()
+	return decode(t, xdsresource.ListenerType, l).(*xdsresource.Listener)
+}
+
+// DecodeRoute decodes rc as the real client does before delivering it
+// (validation included), failing t if it is invalid.
+func DecodeRoute(t *testing.T, rc *routepb.RouteConfiguration) *xdsresource.RouteConfig {
+	t.Helper()
+	return decode(t, xdsresource.RouteConfigType, rc).(*xdsresource.RouteConfig)
+}
+
+func decode(t *testing.T, rt *xdsclient.ResourceType, m proto.Message) xdsclient.ResourceData {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, d, err := rt.Decode(xdsclient.DecodeInput{Resource: &anypb.Any{TypeUrl: rt.TypeURL, Value: b}})
+	if err != nil {
+		t.Fatalf("decoding %s: %v", rt.TypeName, err)
+	}
+	return d
 }
