@@ -1,16 +1,23 @@
-// Command greeter is a production-shaped xDS-managed gRPC server: the shape
-// to copy when moving a real server to xds.NewGRPCServer.
+// Command greeter is the production template of an xDS-managed gRPC server:
+// the shape to copy when moving a real server to xds.NewGRPCServer.
 //
-//	GRPC_XDS_BOOTSTRAP=examples/greeter/bootstrap.json go run ./examples/greeter -addr 127.0.0.1:50051
+//	cd examples/greeter && GRPC_XDS_BOOTSTRAP=bootstrap.json go run .
 //
-// It reads its xDS bootstrap the standard way (the file named by
-// GRPC_XDS_BOOTSTRAP, else GRPC_XDS_BOOTSTRAP_CONFIG), lets the control plane choose
-// each connection's security (xds.NewServerCredentials, plaintext when the
-// filter chain has no TLS), logs serving-mode changes and mirrors them in the
-// gRPC health service, and registers CSDS and server reflection next to its
-// service (grpc.testing.TestService: UnaryCall greets, EmptyCall answers).
-// SIGINT or SIGTERM stops it gracefully: GracefulStop, then Stop after
-// -shutdown-timeout. See README.md to run it against examples/controlplane.
+// Three ports:
+//   - -addr: the xDS server (xds.NewGRPCServer), the application service only
+//     (grpc.testing.TestService: UnaryCall greets, EmptyCall answers). The
+//     control plane decides each connection's security and RPCs.
+//   - -admin-grpc-addr: a plain grpc.Server for operators: health
+//     (grpc.health.v1, kept by xds.ReadinessHealth: NOT_SERVING until the
+//     xDS listener serves and from the start of shutdown), CSDS and
+//     reflection. It answers while the xDS server does not serve.
+//   - -admin-http-addr: the status page at /xds/, Prometheus metrics at
+//     /metrics (the library's and gRPC's OpenTelemetry metrics through the
+//     OpenTelemetry Prometheus exporter) and, with -pprof, /debug/pprof/.
+//
+// SIGINT or SIGTERM: readiness goes NOT_SERVING, the greeter waits
+// -shutdown-delay (for load balancers to notice), then GracefulStop, then
+// Stop after -shutdown-timeout. See README.md.
 package main
 
 import (
@@ -21,11 +28,17 @@ import (
 	"io"
 	"log"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
@@ -33,28 +46,52 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/stats/opentelemetry"
 
 	"github.com/proxyless-grpc/xds"
+	"github.com/proxyless-grpc/xds/admin"
 	"github.com/proxyless-grpc/xds/csds"
 )
 
 // config is what run needs; parseFlags fills it from the command line.
 type config struct {
-	addr            string        // where to listen
+	addr            string        // the xDS server's address
+	adminGRPCAddr   string        // health, CSDS, reflection
+	adminHTTPAddr   string        // status page, metrics, pprof
+	pprof           bool          // serve /debug/pprof/ on the admin HTTP port
+	shutdownDelay   time.Duration // NOT_SERVING before GracefulStop for this long
 	shutdownTimeout time.Duration // how long GracefulStop may take before Stop
 	drainGrace      time.Duration // xds.DrainGraceTime
 	log             *log.Logger
-	// listening, if set, is called with the listening address once Serve is
-	// about to run (tests listen on port 0).
-	listening func(net.Addr)
+
+	// Test hooks, nil in the command.
+	// listening is called with the three listening addresses once they
+	// accept connections (tests listen on port 0).
+	listening func(addrs addrs)
+	// shuttingDown is called once readiness is NOT_SERVING, as the
+	// shutdown delay starts.
+	shuttingDown func()
+	// endDelay, when closed, ends the shutdown delay early.
+	endDelay <-chan struct{}
+	// register, if set, registers more services on the xDS server.
+	register func(grpc.ServiceRegistrar)
+}
+
+// addrs are the greeter's listening addresses.
+type addrs struct {
+	xds, adminGRPC, adminHTTP net.Addr
 }
 
 func parseFlags(args []string, output io.Writer) (config, error) {
 	cfg := config{}
 	fs := flag.NewFlagSet("greeter", flag.ContinueOnError)
 	fs.SetOutput(output)
-	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:50051", "the `address` to listen on (ip:port; 0.0.0.0:50051 for every interface). The control plane must have a Listener for it")
-	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long to let RPCs in flight finish before closing every connection")
+	fs.StringVar(&cfg.addr, "addr", "127.0.0.1:50051", "the `address` of the xDS server (ip:port; 0.0.0.0:50051 for every interface). The control plane must have a Listener for it")
+	fs.StringVar(&cfg.adminGRPCAddr, "admin-grpc-addr", "127.0.0.1:50052", "the `address` of the admin gRPC server: health (readiness), CSDS, reflection")
+	fs.StringVar(&cfg.adminHTTPAddr, "admin-http-addr", "127.0.0.1:50053", "the `address` of the admin HTTP server: /xds/ (status page), /metrics (Prometheus), /debug/pprof/ with -pprof")
+	fs.BoolVar(&cfg.pprof, "pprof", false, "serve net/http/pprof at /debug/pprof/ on the admin HTTP server")
+	fs.DurationVar(&cfg.shutdownDelay, "shutdown-delay", 5*time.Second, "on SIGINT/SIGTERM, how long to report NOT_SERVING while still serving, before GracefulStop")
+	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 30*time.Second, "after -shutdown-delay, how long to let RPCs in flight finish before closing every connection")
 	fs.DurationVar(&cfg.drainGrace, "drain-grace", xds.DefaultDrainGraceTime, "how long a connection drained by a configuration change may finish its RPCs")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -83,9 +120,19 @@ func main() {
 	}
 }
 
-// run serves on cfg.addr until ctx is done, then stops gracefully. It fails
-// at once without a valid bootstrap or when it cannot listen.
-func run(ctx context.Context, cfg config) error {
+// run serves until ctx is done, then shuts down in order. It fails at once
+// without a valid bootstrap or when it cannot listen.
+func run(ctx context.Context, cfg config) (err error) {
+	// Metrics: one MeterProvider for the library (xds.MeterProvider) and for
+	// gRPC's own RPC metrics, read by Prometheus through /metrics.
+	registry := prometheus.NewRegistry()
+	exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
+	if err != nil {
+		return err
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
+	defer func() { err = errors.Join(err, mp.Shutdown(context.Background())) }()
+
 	// The control plane picks each connection's security; a filter chain
 	// without transport_socket is plaintext.
 	creds, err := xds.NewServerCredentials(xds.ServerOptions{FallbackCreds: insecure.NewCredentials()})
@@ -93,61 +140,107 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	healthSrv := health.NewServer()
-	// Not serving until the control plane's Listener arrives.
-	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s, err := xds.NewGRPCServer(
 		grpc.Creds(creds),
 		xds.DrainGraceTime(cfg.drainGrace),
+		// NOT_SERVING until the Listener arrives, and from Stop/GracefulStop.
+		xds.ReadinessHealth(healthSrv, xds.ReadinessOptions{}),
+		xds.MeterProvider(mp),
+		opentelemetry.ServerOption(opentelemetry.Options{MetricsOptions: opentelemetry.MetricsOptions{MeterProvider: mp}}),
 		xds.ServingModeCallback(func(addr net.Addr, args xds.ServingModeChangeArgs) {
 			if args.Mode == connectivity.ServingModeServing {
 				cfg.log.Printf("%v is SERVING", addr)
-				healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 				return
 			}
 			// Connections are refused until the control plane fixes it:
-			// see Troubleshooting in the module's README.
+			// see docs/troubleshooting.md.
 			cfg.log.Printf("%v is %v: %v", addr, args.Mode, args.Err)
-			healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 		}),
 	)
 	if err != nil {
 		return err // no bootstrap, an invalid one, or no server_listener_resource_name_template
 	}
 	testgrpc.RegisterTestServiceServer(s, greeter{})
-	healthpb.RegisterHealthServer(s, healthSrv)
-	if err := csds.Register(s); err != nil {
-		s.Stop()
-		return err
+	if cfg.register != nil {
+		cfg.register(s)
 	}
-	reflection.Register(s)
 
-	lis, err := net.Listen("tcp", cfg.addr)
-	if err != nil {
+	adminGRPC := grpc.NewServer()
+	healthpb.RegisterHealthServer(adminGRPC, healthSrv)
+	if err := csds.Register(adminGRPC); err != nil {
 		s.Stop()
 		return err
 	}
-	cfg.log.Printf("listening on %v; waiting for the control plane's Listener", lis.Addr())
+	reflection.Register(adminGRPC)
+
+	mux := http.NewServeMux()
+	mux.Handle("/xds/", http.StripPrefix("/xds", admin.NewStatusHandler(s)))
+	mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+	if cfg.pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	adminHTTP := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+
+	var lis [3]net.Listener
+	for i, a := range []string{cfg.addr, cfg.adminGRPCAddr, cfg.adminHTTPAddr} {
+		if lis[i], err = net.Listen("tcp", a); err != nil {
+			for _, l := range lis[:i] {
+				l.Close()
+			}
+			s.Stop()
+			adminGRPC.Stop()
+			return err
+		}
+	}
+	cfg.log.Printf("xDS server on %v (waiting for the control plane's Listener), admin gRPC on %v, admin HTTP on %v", lis[0].Addr(), lis[1].Addr(), lis[2].Addr())
+	served := make(chan error, 3)
+	go func() { served <- s.Serve(lis[0]) }()
+	go func() { served <- adminGRPC.Serve(lis[1]) }()
+	go func() {
+		if err := adminHTTP.Serve(lis[2]); !errors.Is(err, http.ErrServerClosed) {
+			served <- err
+			return
+		}
+		served <- nil
+	}()
 	if cfg.listening != nil {
-		cfg.listening(lis.Addr())
+		cfg.listening(addrs{lis[0].Addr(), lis[1].Addr(), lis[2].Addr()})
 	}
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(lis) }()
 
+	var serveErr error
 	select {
-	case err := <-served: // the listener failed
-		s.Stop()
-		return fmt.Errorf("serve: %w", err)
+	case serveErr = <-served: // a listener failed
+		cfg.log.Printf("serve: %v; stopping", serveErr)
 	case <-ctx.Done():
 	}
-	cfg.log.Printf("stopping: letting RPCs in flight finish (at most %v)", cfg.shutdownTimeout)
-	healthSrv.Shutdown() // health checks answer NOT_SERVING from now on
+
+	// 1. Readiness: NOT_SERVING from now on, whatever the xDS state.
+	healthSrv.Shutdown()
+	cfg.log.Printf("stopping: NOT_SERVING; serving on for %v (-shutdown-delay)", cfg.shutdownDelay)
+	if cfg.shuttingDown != nil {
+		cfg.shuttingDown()
+	}
+	// 2. Let load balancers and probes notice.
+	if serveErr == nil {
+		delay := time.NewTimer(cfg.shutdownDelay)
+		select {
+		case <-delay.C:
+		case <-cfg.endDelay:
+		}
+		delay.Stop()
+	}
+	// 3. GracefulStop, 4. Stop after -shutdown-timeout.
+	cfg.log.Printf("GracefulStop: letting RPCs in flight finish (at most %v)", cfg.shutdownTimeout)
 	stopped := make(chan struct{})
 	go func() {
 		s.GracefulStop()
 		close(stopped)
 	}()
 	timeout := time.NewTimer(cfg.shutdownTimeout)
-	defer timeout.Stop()
 	select {
 	case <-stopped:
 	case <-timeout.C:
@@ -155,11 +248,31 @@ func run(ctx context.Context, cfg config) error {
 		s.Stop()
 		<-stopped
 	}
-	if err := <-served; err != nil {
-		return fmt.Errorf("serve: %w", err)
+	timeout.Stop()
+	// The admin servers last: they answer until the xDS server is gone.
+	adminGRPC.Stop()
+	httpCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := adminHTTP.Shutdown(httpCtx); err != nil {
+		adminHTTP.Close()
+	}
+	for range 3 - btoi(serveErr != nil) {
+		if err := <-served; err != nil && serveErr == nil {
+			serveErr = err
+		}
+	}
+	if serveErr != nil {
+		return fmt.Errorf("serve: %w", serveErr)
 	}
 	cfg.log.Print("stopped")
 	return nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // greeter is the example's service.

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,9 +19,12 @@ import (
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	csdspb "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
@@ -28,6 +34,7 @@ import (
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 )
 
+// TestMain ends with a goroutine leak check (go.uber.org/goleak).
 func TestMain(m *testing.M) { testutils.VerifyNoLeaks(m) }
 
 func TestParseFlags(t *testing.T) {
@@ -35,14 +42,17 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.addr != "127.0.0.1:50051" || cfg.shutdownTimeout != 30*time.Second || cfg.drainGrace != 10*time.Minute {
+	if cfg.addr != "127.0.0.1:50051" || cfg.adminGRPCAddr != "127.0.0.1:50052" || cfg.adminHTTPAddr != "127.0.0.1:50053" ||
+		cfg.pprof || cfg.shutdownDelay != 5*time.Second || cfg.shutdownTimeout != 30*time.Second || cfg.drainGrace != 10*time.Minute {
 		t.Errorf("defaults: %+v", cfg)
 	}
-	cfg, err = parseFlags([]string{"-addr", "0.0.0.0:8080", "-shutdown-timeout", "5s", "-drain-grace", "1m"}, io.Discard)
+	cfg, err = parseFlags([]string{"-addr", "0.0.0.0:8080", "-admin-grpc-addr", ":9090", "-admin-http-addr", ":9091", "-pprof",
+		"-shutdown-delay", "2s", "-shutdown-timeout", "5s", "-drain-grace", "1m"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.addr != "0.0.0.0:8080" || cfg.shutdownTimeout != 5*time.Second || cfg.drainGrace != time.Minute {
+	if cfg.addr != "0.0.0.0:8080" || cfg.adminGRPCAddr != ":9090" || cfg.adminHTTPAddr != ":9091" || !cfg.pprof ||
+		cfg.shutdownDelay != 2*time.Second || cfg.shutdownTimeout != 5*time.Second || cfg.drainGrace != time.Minute {
 		t.Errorf("parsed: %+v", cfg)
 	}
 	for _, args := range [][]string{{"-no-such-flag"}, {"extra"}, {"-shutdown-timeout", "soon"}} {
@@ -75,7 +85,7 @@ func TestShippedBootstrap(t *testing.T) {
 func TestNoBootstrap(t *testing.T) {
 	t.Setenv(bootstrap.EnvBootstrapConfig, "")
 	t.Setenv(bootstrap.EnvBootstrapFile, "")
-	err := run(context.Background(), config{addr: "127.0.0.1:0", log: log.New(io.Discard, "", 0)})
+	err := run(context.Background(), config{addr: "127.0.0.1:0", adminGRPCAddr: "127.0.0.1:0", adminHTTPAddr: "127.0.0.1:0", log: log.New(io.Discard, "", 0)})
 	if err == nil || !strings.Contains(err.Error(), "GRPC_XDS_BOOTSTRAP") {
 		t.Fatalf("run without a bootstrap: %v, want an error naming GRPC_XDS_BOOTSTRAP", err)
 	}
@@ -99,19 +109,101 @@ func (b *syncBuffer) String() string {
 	return b.b.String()
 }
 
-// greeterRun is a greeter started by startGreeter.
+// greeterRun is a greeter started by runGreeter.
 type greeterRun struct {
-	addr *net.TCPAddr
-	conn *grpc.ClientConn // a client of the greeter
-	logs *syncBuffer
-	stop context.CancelFunc // what SIGTERM does
-	done chan error         // run's result
+	addr      *net.TCPAddr     // the xDS server
+	adminGRPC string           // the admin gRPC server
+	adminHTTP string           // the admin HTTP server, as http://host:port
+	conn      *grpc.ClientConn // a client of the xDS server
+	admin     *grpc.ClientConn // a client of the admin gRPC server
+	logs      *syncBuffer
+	stop      context.CancelFunc // what SIGTERM does
+	done      chan error         // run's result
+	// shuttingDown is closed when readiness is NOT_SERVING at the start
+	// of the shutdown delay; closing endDelay ends the delay.
+	shuttingDown chan struct{}
+	endDelay     chan struct{}
 }
 
-// startGreeter runs the greeter against an in-process control plane, with
-// the bootstrap in a file named by GRPC_XDS_BOOTSTRAP, publishes its
-// Listener, and waits until a UnaryCall succeeds.
-func startGreeter(ctx context.Context, t *testing.T, shutdownTimeout time.Duration) *greeterRun {
+type greeterOptions struct {
+	bootstrapFile   string        // GRPC_XDS_BOOTSTRAP
+	shutdownDelay   time.Duration // 0: none
+	shutdownTimeout time.Duration
+	register        func(grpc.ServiceRegistrar) // more services on the xDS server
+	pprof           bool
+}
+
+// runGreeter runs the greeter in process on loopback port 0, with the
+// bootstrap in a file named by GRPC_XDS_BOOTSTRAP, and returns once it
+// listens.
+func runGreeter(ctx context.Context, t *testing.T, o greeterOptions) *greeterRun {
+	t.Helper()
+	t.Setenv(bootstrap.EnvBootstrapConfig, "")
+	t.Setenv(bootstrap.EnvBootstrapFile, o.bootstrapFile)
+	g := &greeterRun{logs: &syncBuffer{}, done: make(chan error, 1), shuttingDown: make(chan struct{}), endDelay: make(chan struct{})}
+	listening := make(chan addrs, 1)
+	runCtx, stopRun := context.WithCancel(ctx)
+	g.stop = stopRun
+	t.Cleanup(func() {
+		stopRun()
+		select {
+		case <-g.endDelay:
+		default:
+			close(g.endDelay)
+		}
+		<-g.done
+	})
+	go func() {
+		g.done <- run(runCtx, config{
+			addr:            "127.0.0.1:0",
+			adminGRPCAddr:   "127.0.0.1:0",
+			adminHTTPAddr:   "127.0.0.1:0",
+			shutdownDelay:   o.shutdownDelay,
+			shutdownTimeout: o.shutdownTimeout,
+			drainGrace:      time.Second,
+			log:             log.New(g.logs, "", 0),
+			listening:       func(a addrs) { listening <- a },
+			shuttingDown:    func() { close(g.shuttingDown) },
+			endDelay:        g.endDelay,
+			register:        o.register,
+			pprof:           o.pprof,
+		})
+	}()
+	select {
+	case a := <-listening:
+		g.addr = a.xds.(*net.TCPAddr)
+		g.adminGRPC = a.adminGRPC.String()
+		g.adminHTTP = "http://" + a.adminHTTP.String()
+	case err := <-g.done:
+		g.done <- err
+		t.Fatalf("run: %v", err)
+	case <-ctx.Done():
+		t.Fatal("run did not listen")
+	}
+	// A short reconnect backoff: the first connection may come before the
+	// Listener, and be refused.
+	g.conn = dial(t, g.addr.String())
+	g.admin = dial(t, g.adminGRPC)
+	return g
+}
+
+func dial(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, MaxDelay: 200 * time.Millisecond},
+			MinConnectTimeout: time.Second,
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// managementServer starts an in-process control plane and writes a
+// bootstrap file for it.
+func managementServer(t *testing.T) (*e2e.ManagementServer, string) {
 	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
 	t.Cleanup(ms.Stop)
 	path := filepath.Join(t.TempDir(), "bootstrap.json")
@@ -123,65 +215,55 @@ func startGreeter(ctx context.Context, t *testing.T, shutdownTimeout time.Durati
 	if err := os.WriteFile(path, contents, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(bootstrap.EnvBootstrapConfig, "")
-	t.Setenv(bootstrap.EnvBootstrapFile, path)
+	return ms, path
+}
 
-	g := &greeterRun{logs: &syncBuffer{}, done: make(chan error, 1)}
-	listening := make(chan *net.TCPAddr, 1)
-	runCtx, stopRun := context.WithCancel(ctx)
-	g.stop = stopRun
-	t.Cleanup(func() {
-		stopRun()
-		<-g.done
-	})
-	go func() {
-		g.done <- run(runCtx, config{
-			addr:            "127.0.0.1:0",
-			shutdownTimeout: shutdownTimeout,
-			drainGrace:      time.Second,
-			log:             log.New(g.logs, "", 0),
-			listening:       func(a net.Addr) { listening <- a.(*net.TCPAddr) },
-		})
-	}()
-	select {
-	case g.addr = <-listening:
-	case err := <-g.done:
-		g.done <- err
-		t.Fatalf("run: %v", err)
-	case <-ctx.Done():
-		t.Fatal("run did not listen")
-	}
+// publish gives the greeter its Listener and routes.
+func (g *greeterRun) publish(ctx context.Context, t *testing.T, ms *e2e.ManagementServer) {
+	t.Helper()
 	if err := ms.Update(ctx, e2e.Resources{
 		Listeners: []*listenerpb.Listener{e2e.DefaultServerListener("127.0.0.1", uint32(g.addr.Port), "greeter-routes")},
 		Routes:    []*routepb.RouteConfiguration{e2e.DefaultRouteConfig("greeter-routes")},
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
 
-	// A short reconnect backoff: the first connection may come before the
-	// Listener, and be refused.
-	conn, err := grpc.NewClient(g.addr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, MaxDelay: 200 * time.Millisecond},
-			MinConnectTimeout: time.Second,
-		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	g.conn = conn
-	resp, err := testgrpc.NewTestServiceClient(conn).UnaryCall(ctx, &testgrpc.SimpleRequest{Payload: &testgrpc.Payload{Body: []byte("world")}}, grpc.WaitForReady(true))
+// hello makes a UnaryCall that waits for the server to serve.
+func (g *greeterRun) hello(ctx context.Context, t *testing.T) {
+	t.Helper()
+	resp, err := testgrpc.NewTestServiceClient(g.conn).UnaryCall(ctx, &testgrpc.SimpleRequest{Payload: &testgrpc.Payload{Body: []byte("world")}}, grpc.WaitForReady(true))
 	if err != nil {
 		t.Fatalf("UnaryCall: %v", err)
 	}
 	if got := string(resp.GetPayload().GetBody()); got != "Hello, world" {
 		t.Errorf("UnaryCall: %q, want %q", got, "Hello, world")
 	}
-	return g
+}
+
+// waitServing waits for the admin health service to say SERVING.
+func (g *greeterRun) waitServing(ctx context.Context, t *testing.T) {
+	t.Helper()
+	watchCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	watch, err := healthpb.NewHealthClient(g.admin).Watch(watchCtx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		hr, err := watch.Recv()
+		if err != nil {
+			t.Fatalf("health Watch: %v", err)
+		}
+		if hr.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return
+		}
+	}
 }
 
 // waitDone waits for run to return after g.stop, and returns its error.
 func (g *greeterRun) waitDone(ctx context.Context, t *testing.T) error {
+	t.Helper()
 	select {
 	case err := <-g.done:
 		g.done <- err // for the cleanup
@@ -192,35 +274,38 @@ func (g *greeterRun) waitDone(ctx context.Context, t *testing.T) error {
 	}
 }
 
-// TestRunE2E runs the greeter against an in-process control plane, calls
-// its services, and stops it by cancelling its context, as SIGTERM does.
-func TestRunE2E(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	g := startGreeter(ctx, t, 5*time.Second)
-	conn, addr := g.conn, g.addr
-
-	// Health follows the serving mode: SERVING once the Listener is applied.
-	watchCtx, cancelWatch := context.WithCancel(ctx)
-	defer cancelWatch()
-	watch, err := healthpb.NewHealthClient(conn).Watch(watchCtx, &healthpb.HealthCheckRequest{})
+func httpGet(ctx context.Context, t *testing.T, url string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		hr, err := watch.Recv()
-		if err != nil {
-			t.Fatalf("health Watch: %v", err)
-		}
-		if hr.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			break
-		}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
 	}
-	// Ended before the stop: GracefulStop waits for every RPC in flight.
-	cancelWatch()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %v %v\n%s", url, resp.Status, err, b)
+	}
+	return string(b)
+}
 
-	// Reflection lists every service.
-	rs, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+// TestRunE2E runs the greeter against an in-process control plane, calls
+// its service and its admin services, and stops it by cancelling its
+// context, as SIGTERM does.
+func TestRunE2E(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ms, bs := managementServer(t)
+	g := runGreeter(ctx, t, greeterOptions{bootstrapFile: bs, shutdownTimeout: 5 * time.Second})
+	g.publish(ctx, t, ms)
+	g.hello(ctx, t)
+	g.waitServing(ctx, t)
+
+	// Reflection, on the admin port, lists the admin services.
+	rs, err := reflectionpb.NewServerReflectionClient(g.admin).ServerReflectionInfo(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,37 +326,193 @@ func TestRunE2E(t *testing.T) {
 	for _, s := range rr.GetListServicesResponse().GetService() {
 		services = append(services, s.GetName())
 	}
-	for _, want := range []string{"grpc.testing.TestService", "grpc.health.v1.Health", "envoy.service.status.v3.ClientStatusDiscoveryService", "grpc.reflection.v1.ServerReflection"} {
+	for _, want := range []string{"grpc.health.v1.Health", "envoy.service.status.v3.ClientStatusDiscoveryService", "grpc.reflection.v1.ServerReflection"} {
 		if !strings.Contains(strings.Join(services, " "), want) {
 			t.Errorf("reflection lists %q, want %s among them", services, want)
 		}
 	}
+	// The xDS port serves the application only.
+	if _, err := healthpb.NewHealthClient(g.conn).Check(ctx, &healthpb.HealthCheckRequest{}); err == nil {
+		t.Error("health Check on the xDS port succeeded, want Unimplemented: admin services are on the admin port")
+	}
 
-	// CSDS shows the Listener, acknowledged.
-	cs, err := csdspb.NewClientStatusDiscoveryServiceClient(conn).FetchClientStatus(ctx, &csdspb.ClientStatusRequest{})
+	// CSDS, on the admin port, shows the Listener, acknowledged.
+	cs, err := csdspb.NewClientStatusDiscoveryServiceClient(g.admin).FetchClientStatus(ctx, &csdspb.ClientStatusRequest{})
 	if err != nil {
 		t.Fatalf("CSDS: %v", err)
 	}
 	acked := false
 	for _, c := range cs.GetConfig() {
-		for _, g := range c.GetGenericXdsConfigs() {
-			if g.GetName() == e2e.ServerListenerName("127.0.0.1", uint32(addr.Port)) && g.GetClientStatus() == adminpb.ClientResourceStatus_ACKED {
+		for _, gc := range c.GetGenericXdsConfigs() {
+			if gc.GetName() == e2e.ServerListenerName("127.0.0.1", uint32(g.addr.Port)) && gc.GetClientStatus() == adminpb.ClientResourceStatus_ACKED {
 				acked = true
 			}
 		}
 	}
 	if !acked {
-		t.Errorf("CSDS has no ACKED Listener for %v: %v", addr, cs)
+		t.Errorf("CSDS has no ACKED Listener for %v: %v", g.addr, cs)
+	}
+
+	// The status page, on the admin HTTP port, shows the listener SERVING.
+	page := httpGet(ctx, t, g.adminHTTP+"/xds/")
+	if !strings.Contains(page, g.addr.String()) || !strings.Contains(page, "SERVING") || strings.Contains(page, "NOT_SERVING") {
+		t.Errorf("the status page does not show %v SERVING:\n%s", g.addr, page)
+	}
+	if csdsJSON := httpGet(ctx, t, g.adminHTTP+"/xds/csds.json"); !strings.Contains(csdsJSON, "ACKED") {
+		t.Errorf("/xds/csds.json has no ACKED resource:\n%s", csdsJSON)
+	}
+	// pprof is off without -pprof.
+	if resp, err := http.Get(g.adminHTTP + "/debug/pprof/"); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("/debug/pprof/ without -pprof: %v, want 404", resp.Status)
+		}
 	}
 
 	g.stop() // SIGTERM
 	if err := g.waitDone(ctx, t); err != nil {
 		t.Fatalf("run after cancel: %v", err)
 	}
-	for _, want := range []string{"listening on 127.0.0.1:", "is SERVING", "stopping:", "stopped"} {
+	for _, want := range []string{"xDS server on 127.0.0.1:", "is SERVING", "stopping: NOT_SERVING", "GracefulStop", "stopped"} {
 		if !strings.Contains(g.logs.String(), want) {
 			t.Errorf("the log lacks %q:\n%s", want, g.logs.String())
 		}
+	}
+}
+
+// TestMetrics (with -pprof, whose index it checks too) scrapes /metrics and parses it with Prometheus' own text
+// parser: the server's, the xDS client's and gRPC's RPC metrics are there,
+// under their documented names translated by the Prometheus exporter.
+func TestMetrics(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ms, bs := managementServer(t)
+	g := runGreeter(ctx, t, greeterOptions{bootstrapFile: bs, shutdownTimeout: 5 * time.Second, pprof: true})
+	g.publish(ctx, t, ms)
+	g.hello(ctx, t)
+	g.waitServing(ctx, t)
+
+	// -pprof serves net/http/pprof next to the metrics.
+	if idx := httpGet(ctx, t, g.adminHTTP+"/debug/pprof/"); !strings.Contains(idx, "goroutine") {
+		t.Errorf("/debug/pprof/ with -pprof is not pprof's index:\n%s", idx)
+	}
+
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(httpGet(ctx, t, g.adminHTTP+"/metrics")))
+	if err != nil {
+		t.Fatalf("parsing /metrics: %v", err)
+	}
+	value := func(name string) (float64, bool) {
+		mf, ok := families[name]
+		if !ok {
+			return 0, false
+		}
+		var sum float64
+		for _, m := range mf.GetMetric() {
+			switch {
+			case m.GetCounter() != nil:
+				sum += m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				sum += m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				sum += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+		return sum, true
+	}
+	for _, c := range []struct {
+		name string // after Prometheus translation
+		min  float64
+	}{
+		{"grpc_xds_server_serving", 1},                      // grpc.xds_server.serving
+		{"grpc_xds_server_connections_accepted_total", 1},   // grpc.xds_server.connections.accepted
+		{"grpc_xds_client_resource_updates_valid_total", 2}, // grpc.xds_client.resource_updates_valid: the Listener and the routes
+		{"grpc_xds_client_connected", 1},                    // grpc.xds_client.connected
+		{"grpc_xds_client_resources", 2},                    // grpc.xds_client.resources
+		{"grpc_server_call_started_total", 1},               // gRPC's grpc.server.call.started
+		{"grpc_server_call_duration_seconds", 1},            // gRPC's grpc.server.call.duration
+	} {
+		v, ok := value(c.name)
+		if !ok {
+			var names []string
+			for n := range families {
+				names = append(names, n)
+			}
+			t.Errorf("/metrics has no %s; it has %q", c.name, names)
+			continue
+		}
+		if v < c.min {
+			t.Errorf("%s = %v, want at least %v", c.name, v, c.min)
+		}
+	}
+}
+
+// buildTool builds a command with the go tool into a temporary directory:
+// dir is where go build runs, pkg what it builds.
+func buildTool(ctx context.Context, t *testing.T, dir, pkg, name string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), name)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+	}
+	return bin
+}
+
+// probe runs grpc-health-probe against addr and returns its exit code.
+func probe(ctx context.Context, t *testing.T, bin, addr string) int {
+	t.Helper()
+	out, err := exec.CommandContext(ctx, bin, "-addr="+addr, "-connect-timeout=5s", "-rpc-timeout=5s").CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &exit):
+		t.Logf("grpc-health-probe: exit %d: %s", exit.ExitCode(), strings.TrimSpace(string(out)))
+		return exit.ExitCode()
+	default:
+		t.Fatalf("grpc-health-probe: %v\n%s", err, out)
+		return -1
+	}
+}
+
+// TestHealthProbe runs grpc-health-probe, the probe Kubernetes users run,
+// against the admin gRPC port: NOT_SERVING (exit 4) before the Listener,
+// SERVING (exit 0) after, NOT_SERVING during the shutdown delay.
+func TestHealthProbe(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	// Pinned by the tool directive of go.mod; built from the module cache.
+	bin := buildTool(ctx, t, ".", "github.com/grpc-ecosystem/grpc-health-probe", "grpc-health-probe")
+
+	ms, bs := managementServer(t)
+	g := runGreeter(ctx, t, greeterOptions{bootstrapFile: bs, shutdownDelay: time.Minute, shutdownTimeout: 5 * time.Second})
+	if code := probe(ctx, t, bin, g.adminGRPC); code != 4 {
+		t.Errorf("before the Listener: grpc-health-probe exit %d, want 4 (NOT_SERVING)", code)
+	}
+	g.publish(ctx, t, ms)
+	g.waitServing(ctx, t)
+	if code := probe(ctx, t, bin, g.adminGRPC); code != 0 {
+		t.Errorf("serving: grpc-health-probe exit %d, want 0 (SERVING)", code)
+	}
+
+	g.stop() // SIGTERM
+	select {
+	case <-g.shuttingDown:
+	case <-ctx.Done():
+		t.Fatal("no shutdown delay")
+	}
+	if code := probe(ctx, t, bin, g.adminGRPC); code != 4 {
+		t.Errorf("during -shutdown-delay: grpc-health-probe exit %d, want 4 (NOT_SERVING)", code)
+	}
+	// The xDS server still serves during the delay.
+	g.hello(ctx, t)
+	close(g.endDelay)
+	if err := g.waitDone(ctx, t); err != nil {
+		t.Fatalf("run: %v", err)
 	}
 }
 
@@ -280,8 +521,14 @@ func TestRunE2E(t *testing.T) {
 func TestShutdownTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	g := startGreeter(ctx, t, 500*time.Millisecond)
-	// A health Watch is an RPC that never ends on its own.
+	ms, bs := managementServer(t)
+	g := runGreeter(ctx, t, greeterOptions{bootstrapFile: bs, shutdownTimeout: 500 * time.Millisecond, register: func(s grpc.ServiceRegistrar) {
+		healthpb.RegisterHealthServer(s, health.NewServer())
+	}})
+	g.publish(ctx, t, ms)
+	g.hello(ctx, t)
+	// A health Watch, registered on the xDS server for this test, is an RPC
+	// that never ends on its own.
 	watch, err := healthpb.NewHealthClient(g.conn).Watch(ctx, &healthpb.HealthCheckRequest{})
 	if err != nil {
 		t.Fatal(err)
