@@ -95,6 +95,7 @@ func TestControlPlaneE2E(t *testing.T) {
 		t.Fatal(err)
 	}
 	cpLog := &syncBuffer{}
+	cpLogged := make(chan struct{}, 1) // a line was added to cpLog
 	cpAddr := make(chan string, 1)
 	logDone := make(chan struct{})
 	go func() {
@@ -103,6 +104,10 @@ func TestControlPlaneE2E(t *testing.T) {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			cpLog.Write([]byte(sc.Text() + "\n"))
+			select {
+			case cpLogged <- struct{}{}:
+			default:
+			}
 			if m := re.FindStringSubmatch(sc.Text()); m != nil {
 				cpAddr <- m[1]
 			}
@@ -134,6 +139,15 @@ func TestControlPlaneE2E(t *testing.T) {
 
 	// Deny UnaryCall by editing the file.
 	writeFile(t, resources, resourcesJSON(g.addr.Port, denyUnaryCall))
+	// The control plane logs the greeter's ACK of the new Listener.
+	ack := `xDS client "greeter-e2e" applied (ACK) Listener version 3`
+	for !strings.Contains(cpLog.String(), ack) {
+		select {
+		case <-cpLogged:
+		case <-ctx.Done():
+			t.Fatalf("no %q; control plane log:\n%s", ack, cpLog.String())
+		}
+	}
 	client := testgrpc.NewTestServiceClient(g.conn)
 	for {
 		_, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{}, grpc.WaitForReady(true))
@@ -143,9 +157,8 @@ func TestControlPlaneE2E(t *testing.T) {
 		if ctx.Err() != nil {
 			t.Fatalf("UnaryCall after the RBAC rule: %v, want PERMISSION_DENIED; control plane log:\n%s\ngreeter log:\n%s", err, cpLog.String(), g.logs.String())
 		}
-		// Each call is answered by the configuration of its moment; the
-		// next one may see the new one.
-		time.Sleep(20 * time.Millisecond)
+		// The ACK may precede the drain of the connection by a moment:
+		// the next call goes over the new configuration.
 	}
 	// Other RPCs still pass, on the same process.
 	if _, err := client.EmptyCall(ctx, &testgrpc.Empty{}); err != nil {

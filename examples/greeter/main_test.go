@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"io"
 	"log"
@@ -16,22 +18,27 @@ import (
 	"time"
 
 	adminpb "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	tlspb "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	csdspb "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/proxyless-grpc/xds/internal/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
+	"github.com/proxyless-grpc/xds/internal/testutils/testcerts"
 )
 
 // TestMain ends with a goroutine leak check (go.uber.org/goleak).
@@ -131,6 +138,7 @@ type greeterOptions struct {
 	shutdownTimeout time.Duration
 	register        func(grpc.ServiceRegistrar) // more services on the xDS server
 	pprof           bool
+	clientCreds     credentials.TransportCredentials // of g.conn; insecure if nil
 }
 
 // runGreeter runs the greeter in process on loopback port 0, with the
@@ -182,14 +190,17 @@ func runGreeter(ctx context.Context, t *testing.T, o greeterOptions) *greeterRun
 	}
 	// A short reconnect backoff: the first connection may come before the
 	// Listener, and be refused.
-	g.conn = dial(t, g.addr.String())
-	g.admin = dial(t, g.adminGRPC)
+	if o.clientCreds == nil {
+		o.clientCreds = insecure.NewCredentials()
+	}
+	g.conn = dial(t, g.addr.String(), o.clientCreds)
+	g.admin = dial(t, g.adminGRPC, insecure.NewCredentials())
 	return g
 }
 
-func dial(t *testing.T, addr string) *grpc.ClientConn {
+func dial(t *testing.T, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, MaxDelay: 200 * time.Millisecond},
 			MinConnectTimeout: time.Second,
@@ -204,6 +215,12 @@ func dial(t *testing.T, addr string) *grpc.ClientConn {
 // managementServer starts an in-process control plane and writes a
 // bootstrap file for it.
 func managementServer(t *testing.T) (*e2e.ManagementServer, string) {
+	return managementServerWith(t, nil)
+}
+
+// managementServerWith is managementServer with the bootstrap's
+// certificate_providers.
+func managementServerWith(t *testing.T, providers map[string]json.RawMessage) (*e2e.ManagementServer, string) {
 	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
 	t.Cleanup(ms.Stop)
 	path := filepath.Join(t.TempDir(), "bootstrap.json")
@@ -211,6 +228,7 @@ func managementServer(t *testing.T) (*e2e.ManagementServer, string) {
 		ServerURIs:                         []string{ms.Address},
 		NodeID:                             "greeter-test",
 		ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
+		CertificateProviders:               providers,
 	})
 	if err := os.WriteFile(path, contents, 0o600); err != nil {
 		t.Fatal(err)
@@ -221,8 +239,13 @@ func managementServer(t *testing.T) (*e2e.ManagementServer, string) {
 // publish gives the greeter its Listener and routes.
 func (g *greeterRun) publish(ctx context.Context, t *testing.T, ms *e2e.ManagementServer) {
 	t.Helper()
+	g.publishListener(ctx, t, ms, e2e.DefaultServerListener("127.0.0.1", uint32(g.addr.Port), "greeter-routes"))
+}
+
+func (g *greeterRun) publishListener(ctx context.Context, t *testing.T, ms *e2e.ManagementServer, l *listenerpb.Listener) {
+	t.Helper()
 	if err := ms.Update(ctx, e2e.Resources{
-		Listeners: []*listenerpb.Listener{e2e.DefaultServerListener("127.0.0.1", uint32(g.addr.Port), "greeter-routes")},
+		Listeners: []*listenerpb.Listener{l},
 		Routes:    []*routepb.RouteConfiguration{e2e.DefaultRouteConfig("greeter-routes")},
 	}); err != nil {
 		t.Fatal(err)
@@ -382,15 +405,34 @@ func TestRunE2E(t *testing.T) {
 	}
 }
 
-// TestMetrics (with -pprof, whose index it checks too) scrapes /metrics and parses it with Prometheus' own text
-// parser: the server's, the xDS client's and gRPC's RPC metrics are there,
-// under their documented names translated by the Prometheus exporter.
+// TestMetrics scrapes /metrics and parses it with Prometheus' own text
+// parser: the server's (TLS included, on a TLS chain), the xDS client's and
+// gRPC's RPC metrics are there, under their documented names translated by
+// the Prometheus exporter. It runs with -pprof, whose index it checks too.
 func TestMetrics(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	ms, bs := managementServer(t)
-	g := runGreeter(ctx, t, greeterOptions{bootstrapFile: bs, shutdownTimeout: 5 * time.Second, pprof: true})
-	g.publish(ctx, t, ms)
+	// A TLS chain, its certificate from a file_watcher provider.
+	ca := testcerts.NewCA(t, "greeter-test-ca")
+	files := testcerts.WriteFiles(t, t.TempDir(), ca.Issue(t, testcerts.LeafOptions{CommonName: "greeter", IPs: []string{"127.0.0.1"}}), ca.PEM)
+	provider, err := json.Marshal(map[string]any{"plugin_name": "file_watcher", "config": map[string]string{
+		"certificate_file": files.Cert, "private_key_file": files.Key, "ca_certificate_file": files.CA, "refresh_interval": "600s",
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, bs := managementServerWith(t, map[string]json.RawMessage{"server-certs": provider})
+	g := runGreeter(ctx, t, greeterOptions{bootstrapFile: bs, shutdownTimeout: 5 * time.Second, pprof: true,
+		clientCreds: credentials.NewTLS(&tls.Config{RootCAs: ca.Pool, MinVersion: tls.VersionTLS12})})
+	l := e2e.DefaultServerListener("127.0.0.1", uint32(g.addr.Port), "greeter-routes")
+	downstream, err := anypb.New(&tlspb.DownstreamTlsContext{CommonTlsContext: &tlspb.CommonTlsContext{
+		TlsCertificateProviderInstance: &tlspb.CertificateProviderPluginInstance{InstanceName: "server-certs"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.FilterChains[0].TransportSocket = &corepb.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corepb.TransportSocket_TypedConfig{TypedConfig: downstream}}
+	g.publishListener(ctx, t, ms, l)
 	g.hello(ctx, t)
 	g.waitServing(ctx, t)
 
@@ -426,13 +468,15 @@ func TestMetrics(t *testing.T) {
 		name string // after Prometheus translation
 		min  float64
 	}{
-		{"grpc_xds_server_serving", 1},                      // grpc.xds_server.serving
-		{"grpc_xds_server_connections_accepted_total", 1},   // grpc.xds_server.connections.accepted
-		{"grpc_xds_client_resource_updates_valid_total", 2}, // grpc.xds_client.resource_updates_valid: the Listener and the routes
-		{"grpc_xds_client_connected", 1},                    // grpc.xds_client.connected
-		{"grpc_xds_client_resources", 2},                    // grpc.xds_client.resources
-		{"grpc_server_call_started_total", 1},               // gRPC's grpc.server.call.started
-		{"grpc_server_call_duration_seconds", 1},            // gRPC's grpc.server.call.duration
+		{"grpc_xds_server_serving", 1},                                   // grpc.xds_server.serving
+		{"grpc_xds_server_connections_accepted_total", 1},                // grpc.xds_server.connections.accepted
+		{"grpc_xds_client_resource_updates_valid_total", 2},              // grpc.xds_client.resource_updates_valid: the Listener and the routes
+		{"grpc_xds_client_connected", 1},                                 // grpc.xds_client.connected
+		{"grpc_xds_client_resources", 2},                                 // grpc.xds_client.resources
+		{"grpc_server_tls_handshakes_total", 1},                          // grpc.server.tls.handshakes
+		{"grpc_xds_server_tls_certificate_time_to_expiry_seconds", 3000}, // grpc.xds_server.tls.certificate.time_to_expiry: an hour
+		{"grpc_server_call_started_total", 1},                            // gRPC's grpc.server.call.started
+		{"grpc_server_call_duration_seconds", 1},                         // gRPC's grpc.server.call.duration
 	} {
 		v, ok := value(c.name)
 		if !ok {
