@@ -245,7 +245,7 @@ func (mf *manifests) targetPort(t *testing.T, p corev1.ServicePort) int {
 // checkShape checks what the manifests must say for the greeter to run
 // proxyless, and returns the greeter's xDS port (the Service's target port)
 // and its admin gRPC port (the readiness probe's).
-func (mf *manifests) checkShape(t *testing.T) (xdsPort, probePort int) {
+func (mf *manifests) checkShape(t *testing.T) (xdsHost string, xdsPort, probePort int) {
 	t.Helper()
 	tmpl := mf.deployment.Spec.Template
 	if got := tmpl.Annotations["inject.istio.io/templates"]; got != "grpc-agent" {
@@ -304,8 +304,9 @@ func (mf *manifests) checkShape(t *testing.T) (xdsPort, probePort int) {
 		}
 	}
 	// The greeter's flags listen where the manifests say.
+	xdsHost = "0.0.0.0"
 	for _, arg := range []string{
-		fmt.Sprintf("-addr=0.0.0.0:%d", xdsPort),
+		fmt.Sprintf("-addr=%s:%d", xdsHost, xdsPort),
 		fmt.Sprintf("-admin-grpc-addr=0.0.0.0:%d", probePort),
 		fmt.Sprintf("-admin-http-addr=0.0.0.0:%d", httpPort),
 	} {
@@ -313,7 +314,7 @@ func (mf *manifests) checkShape(t *testing.T) (xdsPort, probePort int) {
 			t.Errorf("container %s's args %q lack %q", c.Name, c.Args, arg)
 		}
 	}
-	return xdsPort, probePort
+	return xdsHost, xdsPort, probePort
 }
 
 // allowRule returns the principal and the path of the manifests' one ALLOW
@@ -344,7 +345,7 @@ func (mf *manifests) allowRule(t *testing.T) (principal, path string) {
 // AuthorizationPolicy names call the method it names.
 func TestKubernetesManifests(t *testing.T) {
 	mf := loadManifests(t)
-	xdsPort, probePort := mf.checkShape(t)
+	xdsHost, xdsPort, probePort := mf.checkShape(t)
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -361,6 +362,11 @@ func TestKubernetesManifests(t *testing.T) {
 		config:     mf.istio,
 		server:     &pod,
 		serverPort: xdsPort,
+		// As the greeter's -addr: net.Listen("tcp", "0.0.0.0:<port>"),
+		// which Go reports as [::]:<port> on a dual-stack host; the server
+		// watches xds.istio.io/grpc/lds/inbound/<that address>, and istiod
+		// builds the Listener for any host of a Service's target port.
+		listenHost: xdsHost,
 		kubeObjects: func(port int) []runtime.Object {
 			if port != xdsPort {
 				t.Fatalf("the server listens on %d, want the manifests' %d", port, xdsPort)

@@ -74,6 +74,9 @@ type meshSpec struct {
 	server      *workload
 	serverPort  int
 	kubeObjects func(port int) []runtime.Object
+	// listenHost, if set, is the host the server listens on instead of
+	// its pod's IP (e.g. 0.0.0.0).
+	listenHost string
 }
 
 // mesh is one istiod, in process, and the Kubernetes cluster it watches:
@@ -100,9 +103,13 @@ func newMesh(t *testing.T, spec meshSpec) *mesh {
 	if spec.server != nil {
 		server = *spec.server
 	}
-	lis, err := net.Listen("tcp", netip.AddrPortFrom(server.ip, uint16(spec.serverPort)).String())
+	host := server.ip.String()
+	if spec.listenHost != "" {
+		host = spec.listenHost
+	}
+	lis, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(spec.serverPort)))
 	if err != nil {
-		t.Fatalf("listening on the server pod's IP: %v", err)
+		t.Fatalf("listening for the server under test (is the port taken by another process?): %v", err)
 	}
 	t.Cleanup(func() { lis.Close() })
 	port := lis.Addr().(*net.TCPAddr).Port
