@@ -18,6 +18,7 @@ import (
 	"istio.io/istio/pkg/config/constants"
 	"istio.io/istio/pkg/istio-agent/grpcxds"
 	agentmodel "istio.io/istio/pkg/model"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/proxyless-grpc/xds/internal/testutils/testcerts"
 )
@@ -66,6 +67,16 @@ type meshSpec struct {
 	// config is Istio resources (PeerAuthentication, AuthorizationPolicy,
 	// DestinationRule, ...) in YAML, applied before any workload connects.
 	config string
+	// server, if set, is the pod of the server under test instead of
+	// echoPod, with kubeObjects as the cluster's Kubernetes objects instead
+	// of kubeTemplate's, and serverPort the port the server listens on
+	// (0: an ephemeral one).
+	server      *workload
+	serverPort  int
+	kubeObjects func(port int) []runtime.Object
+	// listenHost, if set, is the host the server listens on instead of
+	// its pod's IP (e.g. 0.0.0.0).
+	listenHost string
 }
 
 // mesh is one istiod, in process, and the Kubernetes cluster it watches:
@@ -79,24 +90,40 @@ type mesh struct {
 	// echoLis is the echo server's listener, opened before istiod starts
 	// because the pod's port must be in the Kubernetes objects.
 	echoLis net.Listener
+	// server is the pod the echo server runs as: echoPod unless the
+	// meshSpec says otherwise.
+	server workload
 }
 
 // newMesh starts an istiod configured by spec. It and everything it started
 // stop when the test ends.
 func newMesh(t *testing.T, spec meshSpec) *mesh {
 	t.Helper()
-	lis, err := net.Listen("tcp", netip.AddrPortFrom(echoPod.ip, 0).String())
+	server := echoPod
+	if spec.server != nil {
+		server = *spec.server
+	}
+	host := server.ip.String()
+	if spec.listenHost != "" {
+		host = spec.listenHost
+	}
+	lis, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(spec.serverPort)))
 	if err != nil {
-		t.Fatalf("listening on the echo pod's IP: %v", err)
+		t.Fatalf("listening for the server under test (is the port taken by another process?): %v", err)
 	}
 	t.Cleanup(func() { lis.Close() })
 	port := lis.Addr().(*net.TCPAddr).Port
-	ds := xdsfake.NewFakeDiscoveryServer(t, xdsfake.FakeOptions{
-		KubernetesObjectString: kubeObjects(t, spec.echoLabels, port),
-		ConfigString:           spec.config,
-		ListenerBuilder:        func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") },
-	})
-	return &mesh{ds: ds, xdsAddr: ds.Listener.Addr().String(), ca: testcerts.NewCA(t, "cluster.local"), echoLis: lis}
+	opts := xdsfake.FakeOptions{
+		ConfigString:    spec.config,
+		ListenerBuilder: func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") },
+	}
+	if spec.kubeObjects != nil {
+		opts.KubernetesObjects = spec.kubeObjects(port)
+	} else {
+		opts.KubernetesObjectString = kubeObjects(t, spec.echoLabels, port)
+	}
+	ds := xdsfake.NewFakeDiscoveryServer(t, opts)
+	return &mesh{ds: ds, xdsAddr: ds.Listener.Addr().String(), ca: testcerts.NewCA(t, "cluster.local"), echoLis: lis, server: server}
 }
 
 // kubeTemplate is the cluster's Kubernetes objects: three namespaces, a pod

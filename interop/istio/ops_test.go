@@ -38,15 +38,21 @@ type adminPort struct {
 
 func startAdminPort(t *testing.T) *adminPort {
 	t.Helper()
+	return startAdminPortOn(t, "127.0.0.1:0")
+}
+
+// startAdminPortOn starts the admin gRPC server of startAdminPort on addr.
+func startAdminPortOn(t *testing.T, addr string) *adminPort {
+	t.Helper()
 	hs := health.NewServer()
 	srv := grpc.NewServer()
 	healthgrpc.RegisterHealthServer(srv, hs)
 	if err := csds.Register(srv); err != nil {
 		t.Fatalf("csds.Register: %v", err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	lis, err := net.Listen("tcp", addr)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("listening on %s for the admin gRPC server: %v", addr, err)
 	}
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)

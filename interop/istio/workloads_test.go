@@ -133,7 +133,7 @@ func (m *mesh) startEcho(t *testing.T, opts ...grpc.ServerOption) *echoServer {
 	modes := &modeRecorder{changed: make(chan struct{}, 1)}
 	s, err := xds.NewGRPCServer(append([]grpc.ServerOption{
 		grpc.Creds(creds),
-		xds.BootstrapContents(m.bootstrap(t, echoPod, m.workloadCerts(t, echoPod))),
+		xds.BootstrapContents(m.bootstrap(t, m.server, m.workloadCerts(t, m.server))),
 		xds.ServingModeCallback(modes.record),
 	}, opts...)...)
 	if err != nil {
@@ -237,6 +237,12 @@ func listenerStatus(t *testing.T) string {
 // istiod's Cluster says so, plaintext otherwise.
 func (m *mesh) xdsClient(t *testing.T, w workload) *grpc.ClientConn {
 	t.Helper()
+	return m.xdsClientTo(t, w, echoTarget)
+}
+
+// xdsClientTo is xdsClient for another xds:/// target.
+func (m *mesh) xdsClientTo(t *testing.T, w workload, target string) *grpc.ClientConn {
+	t.Helper()
 	r, err := grpcxds.NewXDSResolverWithConfigForTesting(m.bootstrap(t, w, m.workloadCerts(t, w)))
 	if err != nil {
 		t.Fatalf("grpc-go's xDS resolver with istio-agent's bootstrap: %v", err)
@@ -245,7 +251,7 @@ func (m *mesh) xdsClient(t *testing.T, w workload) *grpc.ClientConn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return dial(t, echoTarget, creds, grpc.WithResolvers(r))
+	return dial(t, target, creds, grpc.WithResolvers(r))
 }
 
 // directPlaintext returns a client that dials the echo server's address
@@ -256,7 +262,7 @@ func (es *echoServer) directPlaintext(t *testing.T) *grpc.ClientConn {
 }
 
 // directTLS returns a client that dials the echo server's address without
-// xDS, over TLS: it checks that the server has the echo pod's mesh identity
+// xDS, over TLS: it checks that the server has its pod's mesh identity
 // and presents cert, if not nil, as its own.
 func (m *mesh) directTLS(t *testing.T, es *echoServer, cert *tls.Certificate) *grpc.ClientConn {
 	t.Helper()
@@ -266,7 +272,7 @@ func (m *mesh) directTLS(t *testing.T, es *echoServer, cert *tls.Certificate) *g
 		// chain and the SPIFFE ID instead.
 		InsecureSkipVerify: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			return verifyWorkload(cs, m.ca.Pool, echoPod.spiffeID())
+			return verifyWorkload(cs, m.ca.Pool, m.server.spiffeID())
 		},
 	}
 	if cert != nil {
