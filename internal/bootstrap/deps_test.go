@@ -10,7 +10,7 @@ import (
 
 // grpcRegistry is the one gRPC package bootstrap may import: the registry of
 // certificate provider plugins, whose ParseConfig validates the configs of
-// registered plugins (DESIGN.md "Extension points: grpc-go's, shared").
+// registered plugins (ARCHITECTURE.md, "grpc-go couplings").
 const grpcRegistry = "google.golang.org/grpc/credentials/tls/certprovider"
 
 // TestDeps keeps bootstrap a pure leaf of this module: the xDS client imports
