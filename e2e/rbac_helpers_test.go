@@ -31,8 +31,8 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/proxyless-grpc/xds/audit"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
+	"google.golang.org/grpc/authz/audit"
 )
 
 // rbacFilterName is the name of the RBAC filter instance in test Listeners.

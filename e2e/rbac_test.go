@@ -24,11 +24,11 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/proxyless-grpc/xds"
-	"github.com/proxyless-grpc/xds/audit"
 	"github.com/proxyless-grpc/xds/internal/httpfilter/rbacfilter"
 	"github.com/proxyless-grpc/xds/internal/metrics"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
+	"google.golang.org/grpc/authz/audit"
 )
 
 const (

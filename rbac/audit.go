@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"os"
 
+	"google.golang.org/grpc/authz/audit"
+
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	streampb "github.com/envoyproxy/go-control-plane/envoy/extensions/rbac/audit_loggers/stream/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/proxyless-grpc/xds/audit"
 	"github.com/proxyless-grpc/xds/internal/auditlog"
 	"github.com/proxyless-grpc/xds/internal/fieldpath"
 	"github.com/proxyless-grpc/xds/internal/typedconfig"

@@ -30,9 +30,10 @@ import (
 	"slices"
 	"strings"
 
+	"google.golang.org/grpc/authz/audit"
+
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 
-	"github.com/proxyless-grpc/xds/audit"
 	"github.com/proxyless-grpc/xds/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/auditlog"
 	"github.com/proxyless-grpc/xds/internal/fieldpath"

@@ -24,7 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/proxyless-grpc/xds/audit"
+	"google.golang.org/grpc/authz/audit"
 )
 
 // md is request metadata.

@@ -1,16 +1,49 @@
 // Package auditlog is the stdout audit logger of gRFC A59, with the one
 // thing grpc-go's audit.Event cannot say: that a decision is a shadow_rules
-// decision, evaluated and not enforced.
+// decision, evaluated and not enforced. Audit loggers are registered in
+// grpc-go's registry (google.golang.org/grpc/authz/audit); this package
+// registers the stdout logger there as "stdout_logger" unless grpc-go's own
+// (authz/audit/stdout) already is.
 package auditlog
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
+	"os"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc/authz/audit"
 )
+
+// StdoutLoggerName is the registry name of the stdout logger (gRFC A59).
+const StdoutLoggerName = "stdout_logger"
+
+func init() {
+	if audit.GetLoggerBuilder(StdoutLoggerName) == nil {
+		audit.RegisterLoggerBuilder(stdoutBuilder{})
+	}
+}
+
+type stdoutBuilder struct{}
+
+type stdoutConfig struct{ audit.LoggerConfig }
+
+func (stdoutBuilder) Name() string { return StdoutLoggerName }
+
+// ParseLoggerConfig accepts any JSON object: the logger has no settings.
+func (stdoutBuilder) ParseLoggerConfig(c json.RawMessage) (audit.LoggerConfig, error) {
+	if len(c) > 0 {
+		var m map[string]any
+		if err := json.Unmarshal(c, &m); err != nil {
+			return nil, fmt.Errorf("audit: stdout_logger config: %v", err)
+		}
+	}
+	return stdoutConfig{}, nil
+}
+
+func (stdoutBuilder) Build(audit.LoggerConfig) audit.Logger { return NewStream(os.Stdout) }
 
 // ShadowLogger is a logger that can mark shadow_rules decisions. The RBAC
 // engine calls LogShadow instead of Log for them on loggers that have it.

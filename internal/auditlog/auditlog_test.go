@@ -1,4 +1,4 @@
-package audit_test
+package auditlog_test
 
 import (
 	"bytes"
@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/proxyless-grpc/xds/audit"
+	"google.golang.org/grpc/authz/audit"
+
+	"github.com/proxyless-grpc/xds/internal/auditlog"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 )
 
@@ -16,9 +18,9 @@ func TestMain(m *testing.M) { testutils.VerifyNoLeaks(m) }
 // TestStreamLogger: one line of gRFC A59's JSON per event.
 func TestStreamLogger(t *testing.T) {
 	var buf bytes.Buffer
-	l := audit.NewStreamLogger(&buf)
+	l := auditlog.NewStream(&buf)
 	l.Log(&audit.Event{FullMethodName: "/pkg.S/M", Principal: "spiffe://foo/user1", PolicyName: "rbac", MatchedRule: "admin", Authorized: true})
-	l.(interface{ LogShadow(*audit.Event) }).LogShadow(&audit.Event{FullMethodName: "/pkg.S/N", PolicyName: "rbac"})
+	l.LogShadow(&audit.Event{FullMethodName: "/pkg.S/N", PolicyName: "rbac"})
 	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
 	if len(lines) != 2 {
 		t.Fatalf("got %d lines, want 2:\n%s", len(lines), buf.String())
@@ -49,7 +51,7 @@ func TestStreamLogger(t *testing.T) {
 // TestRegistry: the stdout logger is built in; registering replaces by
 // name.
 func TestRegistry(t *testing.T) {
-	b := audit.GetLoggerBuilder(audit.StdoutLoggerName)
+	b := audit.GetLoggerBuilder(auditlog.StdoutLoggerName)
 	if b == nil {
 		t.Fatal("no stdout_logger builder")
 	}
