@@ -7,11 +7,9 @@ package e2e_test
 // credentials cannot give.
 
 import (
-	"encoding/json"
 	"net"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -171,54 +169,17 @@ func TestDropIn_NonXDSCredentialsReported(t *testing.T) {
 	}
 }
 
-// grpcGoAuditLogger is an audit logger written for grpc-go, registered with
-// grpc-go's registry only: events go to the channel named by the config's
-// "sink".
-type grpcGoAuditLogger struct{ ch chan audit.Event }
-
-func (l grpcGoAuditLogger) Log(e *audit.Event) {
-	select {
-	case l.ch <- *e:
-	default:
-	}
-}
-
-type grpcGoAuditConfig struct {
-	audit.LoggerConfig
-	Sink string `json:"sink"`
-}
-
-type grpcGoAuditBuilder struct{}
-
-const grpcGoAuditLoggerName = "dropin_test.GRPCGoAuditLogger"
-
-var grpcGoAuditSinks sync.Map // sink name -> chan audit.Event
-
-func (grpcGoAuditBuilder) Name() string { return grpcGoAuditLoggerName }
-
-func (grpcGoAuditBuilder) ParseLoggerConfig(c json.RawMessage) (audit.LoggerConfig, error) {
-	var cfg grpcGoAuditConfig
-	err := json.Unmarshal(c, &cfg)
-	return cfg, err
-}
-
-func (grpcGoAuditBuilder) Build(c audit.LoggerConfig) audit.Logger {
-	ch, _ := grpcGoAuditSinks.Load(c.(grpcGoAuditConfig).Sink)
-	return grpcGoAuditLogger{ch: ch.(chan audit.Event)}
-}
-
-func init() { audit.RegisterLoggerBuilder(grpcGoAuditBuilder{}) }
-
 // TestDropIn_GRPCGoAuditLogger: a logger registered with grpc-go's
-// authz/audit registry (and nowhere else) is found by an RBAC config and
-// receives its decisions (gRFC A59), unchanged.
+// authz/audit registry (and nowhere else: the tests' recording logger, see
+// rbac_helpers_test.go) is found by an RBAC config that names it as grpc-go's
+// own configs do, with a "grpc.authz.audit_logging/" type URL, and receives
+// its decisions (gRFC A59), unchanged.
 func TestDropIn_GRPCGoAuditLogger(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	env := newTestEnv(t)
-	sink := make(chan audit.Event, 10)
 	sinkName := testutils.RunName(t)
-	grpcGoAuditSinks.Store(sinkName, sink)
+	sink := auditSink(sinkName)
 	val, err := structpb.NewStruct(map[string]any{"sink": sinkName})
 	if err != nil {
 		t.Fatal(err)
@@ -228,7 +189,7 @@ func TestDropIn_GRPCGoAuditLogger(t *testing.T) {
 		AuditCondition: rbacconfigpb.RBAC_AuditLoggingOptions_ON_DENY_AND_ALLOW,
 		LoggerConfigs: []*rbacconfigpb.RBAC_AuditLoggingOptions_AuditLoggerConfig{{
 			AuditLogger: &corepb.TypedExtensionConfig{Name: "grpc-go logger", TypedConfig: anyOf(t, &xdstypepb.TypedStruct{
-				TypeUrl: "grpc.authz.audit_logging/" + grpcGoAuditLoggerName, Value: val,
+				TypeUrl: "grpc.authz.audit_logging/" + recordingLoggerName, Value: val,
 			})},
 		}},
 	}
@@ -242,19 +203,10 @@ func TestDropIn_GRPCGoAuditLogger(t *testing.T) {
 	if got := c.unaryCall(ctx); got != codes.PermissionDenied {
 		t.Fatalf("UnaryCall: %v, want PERMISSION_DENIED", got)
 	}
-	for i, w := range []audit.Event{
-		{FullMethodName: methodEmpty, PolicyName: rbacFilterName, MatchedRule: "allow-methods", Authorized: true},
-		{FullMethodName: methodUnary, PolicyName: rbacFilterName, Authorized: false},
-	} {
-		select {
-		case got := <-sink:
-			if got != w {
-				t.Errorf("audit event %d: %+v, want %+v", i, got, w)
-			}
-		case <-ctx.Done():
-			t.Fatalf("audit event %d not received by the logger registered with grpc-go", i)
-		}
-	}
+	expectAuditEvents(ctx, t, sink, "by the logger registered with grpc-go",
+		audit.Event{FullMethodName: methodEmpty, PolicyName: rbacFilterName, MatchedRule: "allow-methods", Authorized: true},
+		audit.Event{FullMethodName: methodUnary, PolicyName: rbacFilterName, Authorized: false},
+	)
 }
 
 // TestDropIn_UnregisteredAuditLoggerNACKNamesTheFix: an audit logger type

@@ -5,6 +5,7 @@ package e2e_test
 // that records events, and certificates made at test time for mTLS.
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -162,6 +163,22 @@ func (l recordingLogger) Log(e *audit.Event) {
 		select {
 		case l.ch <- *e:
 		default:
+		}
+	}
+}
+
+// expectAuditEvents checks that sink receives want, in order; by says who
+// should have logged them, for the failure message.
+func expectAuditEvents(ctx context.Context, t *testing.T, sink chan audit.Event, by string, want ...audit.Event) {
+	t.Helper()
+	for i, w := range want {
+		select {
+		case got := <-sink:
+			if got != w {
+				t.Errorf("audit event %d: %+v, want %+v", i, got, w)
+			}
+		case <-ctx.Done():
+			t.Fatalf("audit event %d not received %s", i, by)
 		}
 	}
 }

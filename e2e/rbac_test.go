@@ -278,16 +278,7 @@ func TestRBAC_AuditLogger(t *testing.T) {
 		{FullMethodName: methodEmpty, PolicyName: rbacFilterName, MatchedRule: "allow-methods", Authorized: true},
 		{FullMethodName: methodUnary, PolicyName: rbacFilterName, Authorized: false},
 	}
-	for i, w := range want {
-		select {
-		case got := <-sink:
-			if got != w {
-				t.Errorf("audit event %d: %+v, want %+v", i, got, w)
-			}
-		case <-ctx.Done():
-			t.Fatalf("audit event %d not received", i)
-		}
-	}
+	expectAuditEvents(ctx, t, sink, "", want...)
 	select {
 	case got := <-shadowSink:
 		w := audit.Event{FullMethodName: methodEmpty, PolicyName: rbacFilterName, MatchedRule: "shadow-deny-empty"}
