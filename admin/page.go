@@ -264,8 +264,11 @@ func buildChain(st *status.Server, c status.Chain, src *listenerpb.FilterChain, 
 
 	for _, in := range fc.HCM.Filters {
 		f := filterView{Name: in.Name, Type: filterType(in)}
+		if d, ok := in.Filter.(httpfilter.Describer); ok {
+			f.Note = d.Describe(in.Config)
+		}
 		if in.DisabledByDefault {
-			f.Note = "disabled unless a route enables it"
+			f.Note = strings.TrimPrefix(f.Note+"; disabled unless a route enables it", "; ")
 		}
 		if n, ok := counted[in.Name]; ok {
 			parts := make([]string, len(n.Counts))
