@@ -132,4 +132,3 @@ type streamWithContext struct {
 }
 
 func (s *streamWithContext) Context() context.Context { return s.ctx }
-
