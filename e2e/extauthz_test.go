@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +38,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	xds "github.com/proxyless-grpc/xds"
+	"github.com/proxyless-grpc/xds/admin"
 	"github.com/proxyless-grpc/xds/internal/grpcservice"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
@@ -642,4 +644,78 @@ func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
 		}
 		return fmt.Errorf("not yet")
 	})
+}
+
+// allowAll is an authorization server that allows every RPC, recording
+// nothing: the benchmark's.
+type allowAll struct {
+	authpb.UnimplementedAuthorizationServer
+}
+
+func (allowAll) Check(context.Context, *authpb.CheckRequest) (*authpb.CheckResponse, error) {
+	return okResponse(), nil
+}
+
+// BenchmarkServerUnaryExtAuthz: server CPU per unary RPC (one connection,
+// 8 concurrent callers, the load in a child process) of plain gRPC, the
+// xDS server without filters, with an ext_authz filter whose in-process
+// authorization server allows every RPC (the server's CPU includes the
+// authorization server's, as it runs in the same process), and with the
+// filter disabled on the route (FilterConfig.disabled). Side by side, in
+// turns, as BenchmarkServerUnaryLocalFilters. Target: the disabled route
+// costs what the server without the filter does.
+//
+//	go test -run '^$' -bench 'BenchmarkServerUnaryExtAuthz' -benchtime 20000x ./e2e
+func BenchmarkServerUnaryExtAuthz(b *testing.B) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	authpb.RegisterAuthorizationServer(srv, allowAll{})
+	go srv.Serve(lis)
+	b.Cleanup(srv.Stop)
+	cfg := extAuthz(lis.Addr().String())
+	cfg.GetGrpcService().GetGoogleGrpc().ChannelCredentialsPlugin = []*anypb.Any{anyOf(b, &insecurecredspb.InsecureCredentials{})}
+	filters := []*hcmpb.HttpFilter{httpFilter(b, "authz", cfg)}
+	disabledRoutes := allRoutes("bench")
+	disabledRoutes.VirtualHosts[0].TypedPerFilterConfig = map[string]*anypb.Any{"authz": anyOf(b, &routepb.FilterConfig{Disabled: true})}
+	sideBySide(b, "unary", []benchVariant{
+		{name: "plain", start: startPlainServer},
+		{name: "xds", start: func(b *testing.B) benchServer { return startXDSServerFilters(b, []*hcmpb.HttpFilter{}) }},
+		{name: "extauthz", start: func(b *testing.B) benchServer { return startXDSServerFilters(b, filters) }},
+		{name: "extauthz-disabled", start: func(b *testing.B) benchServer {
+			return startBenchServer(b, thisLibrary, func(a net.Addr) *listenerpb.Listener {
+				return filtersListener(a, filters, disabledRoutes, "")
+			})
+		}},
+	})
+}
+
+// TestExtAuthz_StatusPage: the status page shows the filter with its
+// authorization server and where its credentials come from, and the four
+// counts.
+func TestExtAuthz_StatusPage(t *testing.T) {
+	ctx := testContext(t)
+	a := startAuthzServer(t)
+	env := authzEnv(t, false, a.addr)
+	s, addr := startServing(ctx, t, env, func(lis net.Addr) *listenerpb.Listener {
+		return filtersListener(lis, []*hcmpb.HttpFilter{httpFilter(t, "authz", extAuthz(a.addr))}, allRoutes("routes"), "")
+	}, nil)
+	hs := httptest.NewServer(admin.NewStatusHandler(s.GRPCServer))
+	t.Cleanup(hs.Close)
+	c := connected(ctx, t, addr)
+	if err := rpcResult(ctx, c, "EmptyCall"); err != nil {
+		t.Fatal(err)
+	}
+	a.set(func(context.Context, *authpb.CheckRequest) (*authpb.CheckResponse, error) {
+		return deniedResponse(-1, "no"), nil
+	})
+	_ = rpcResult(ctx, c, "EmptyCall")
+	text := waitForText(ctx, t, hs.URL, fmt.Sprintf("authorization server %q", a.addr))
+	for _, want := range []string{"allowed_grpc_services", "1 allowed, 1 denied, 0 filter disabled, 0 failed", "External authorization (ext_authz)"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("status page lacks %q:\n%s", want, text)
+		}
+	}
 }

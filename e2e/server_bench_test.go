@@ -240,6 +240,10 @@ func serveBench(b *testing.B, impl xdsImpl, ms *e2e.ManagementServer, nodeID str
 		ServerURIs:                         []string{ms.Address},
 		NodeID:                             nodeID,
 		ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
+		// Trusted, so that the ext_authz benchmark's filter may name its
+		// in-process authorization server (gRFC A102); nothing else
+		// depends on it.
+		ServerFeatures: []string{"trusted_xds_server"},
 	})
 	s, err := impl.newServer(bs, onMode)
 	if err != nil {
