@@ -10,9 +10,11 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -42,6 +44,7 @@ import (
 	"github.com/proxyless-grpc/xds/internal/grpcservice"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
+	"github.com/proxyless-grpc/xds/internal/testutils/testcerts"
 )
 
 // authzServer is a scriptable envoy.service.auth.v3.Authorization server:
@@ -717,5 +720,53 @@ func TestExtAuthz_StatusPage(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("status page lacks %q:\n%s", want, text)
 		}
+	}
+}
+
+// TestExtAuthz_TLSPeers: over mTLS, the Check names the client (its first
+// URI SAN) and the server (its first DNS SAN, the certificate has no URI)
+// as principals, and carries the client's certificate, URL-encoded PEM,
+// only with include_peer_certificate.
+func TestExtAuthz_TLSPeers(t *testing.T) {
+	ctx := testContext(t)
+	a := startAuthzServer(t)
+	pki := newTestPKI(t)
+	env := newTLSTestEnv(t, pki, time.Hour)
+	env.bootstrap = e2e.Bootstrap(t, e2e.BootstrapOptions{
+		ServerURIs: []string{env.ms.Address}, NodeID: env.nodeID, ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
+		CertificateProviders: pki.providers(time.Hour),
+		AllowedGRPCServices:  map[string]json.RawMessage{a.addr: json.RawMessage(`{"channel_creds": [{"type": "insecure"}]}`)},
+	})
+	client := pki.ca.Issue(t, testcerts.LeafOptions{CommonName: "client", URIs: []string{"spiffe://test/ns/default/sa/client"}, DNSNames: []string{"client.test"}})
+	for _, include := range []bool{false, true} {
+		cfg := extAuthz(a.addr)
+		cfg.IncludePeerCertificate = include
+		s, addr := startServing(ctx, t, env, func(lis net.Addr) *listenerpb.Listener {
+			return withTransportSocket(t, filtersListener(lis, []*hcmpb.HttpFilter{httpFilter(t, "authz", cfg)}, allRoutes("routes"), ""), "filters-chain", downstreamTLS(true, true))
+		}, nil, xdsCreds(t))
+		c := newClient(t, addr, "127.0.0.1", 0, tlsClientCreds(pki.ca.Pool, client))
+		if err := rpcResult(ctx, c, "EmptyCall"); err != nil {
+			t.Fatalf("EmptyCall over mTLS: %v", err)
+		}
+		checks := a.taken()
+		if len(checks) != 1 {
+			t.Fatalf("%d checks, want 1", len(checks))
+		}
+		attrs := checks[0].req.GetAttributes()
+		if got := attrs.GetSource().GetPrincipal(); got != "spiffe://test/ns/default/sa/client" {
+			t.Errorf("source principal %q, want the client's URI SAN", got)
+		}
+		if got := attrs.GetDestination().GetPrincipal(); got != "server.test" {
+			t.Errorf("destination principal %q, want the server's DNS SAN server.test", got)
+		}
+		cert := attrs.GetSource().GetCertificate()
+		if !include {
+			if cert != "" {
+				t.Errorf("source certificate sent without include_peer_certificate")
+			}
+		} else if pemText, err := url.PathUnescape(cert); err != nil || pemText != string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: client.Cert.Raw})) {
+			t.Errorf("source certificate %q (decoded: %v), want the client's PEM, URL-encoded", cert, err)
+		}
+		s.Stop()
 	}
 }
