@@ -87,7 +87,7 @@ type filterView struct {
 // a Title): a row per filter instance, a column per outcome.
 type countTable struct {
 	Title, None string
-	Columns     [2]string
+	Columns     []string
 	Rows        []rpcpath.FilterCount
 }
 
@@ -202,7 +202,10 @@ func countTables(counts []rpcpath.FilterCount) []countTable {
 	slices.SortFunc(kinds, func(a, b *httpfilter.Outcomes) int { return strings.Compare(a.Title, b.Title) })
 	out := make([]countTable, 0, len(kinds))
 	for _, k := range kinds {
-		t := countTable{Title: k.Title, None: k.None, Columns: [2]string{capitalize(k.Values[0]), capitalize(k.Values[1])}}
+		t := countTable{Title: k.Title, None: k.None}
+		for _, v := range k.Values {
+			t.Columns = append(t.Columns, capitalize(strings.ReplaceAll(v, "_", " ")))
+		}
 		for _, c := range counts {
 			if c.Outcomes == k {
 				t.Rows = append(t.Rows, c)
@@ -261,12 +264,18 @@ func buildChain(st *status.Server, c status.Chain, src *listenerpb.FilterChain, 
 
 	for _, in := range fc.HCM.Filters {
 		f := filterView{Name: in.Name, Type: filterType(in)}
+		if d, ok := in.Filter.(httpfilter.Describer); ok {
+			f.Note = d.Describe(in.Config)
+		}
 		if in.DisabledByDefault {
-			f.Note = "disabled unless a route enables it"
+			f.Note = strings.TrimPrefix(f.Note+"; disabled unless a route enables it", "; ")
 		}
 		if n, ok := counted[in.Name]; ok {
-			vs := n.Outcomes.Values
-			f.Note = strings.TrimPrefix(f.Note+fmt.Sprintf("; %d %s, %d %s", n.Counts[0], vs[0], n.Counts[1], vs[1]), "; ")
+			parts := make([]string, len(n.Counts))
+			for i, c := range n.Counts {
+				parts[i] = fmt.Sprintf("%d %s", c, strings.ReplaceAll(n.Outcomes.Values[i], "_", " "))
+			}
+			f.Note = strings.TrimPrefix(f.Note+"; "+strings.Join(parts, ", "), "; ")
 		}
 		v.Filters = append(v.Filters, f)
 	}
@@ -405,8 +414,8 @@ ul { margin: 0; padding-left: 1.2em; }
 {{end}}</table>{{else}}<p class="muted">None.</p>{{end}}
 {{range .Counted}}<h3>{{.Title}}</h3>
 {{if .Rows}}<table>
-<tr><th>HTTP filter</th><th>{{index .Columns 0}}</th><th>{{index .Columns 1}}</th></tr>
-{{range .Rows}}<tr><td><code>{{.Filter}}</code></td><td>{{index .Counts 0}}</td><td>{{index .Counts 1}}</td></tr>
+<tr><th>HTTP filter</th>{{range .Columns}}<th>{{.}}</th>{{end}}</tr>
+{{range .Rows}}<tr><td><code>{{.Filter}}</code></td>{{range .Counts}}<td>{{.}}</td>{{end}}</tr>
 {{end}}</table>{{else}}<p class="muted">{{.None}}</p>{{end}}
 {{end}}
 {{else}}

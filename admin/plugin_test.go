@@ -16,7 +16,7 @@ import (
 // with no code of its own.
 type tallyFilter struct{}
 
-var tallyOutcomes = &httpfilter.Outcomes{Values: [2]string{"passed", "refused"}, Title: "Tally", None: "No tally yet."}
+var tallyOutcomes = &httpfilter.Outcomes{Values: []string{"passed", "refused"}, Title: "Tally", None: "No tally yet."}
 
 func (tallyFilter) ConfigTypeURLs() []string                                      { return []string{"type.googleapis.com/test.Tally"} }
 func (tallyFilter) OverrideTypeURLs() []string                                    { return nil }
@@ -48,7 +48,7 @@ func TestPluginFilterReported(t *testing.T) {
 			t.Errorf("page without counts lacks %q", want)
 		}
 	}
-	page = render([]rpcpath.FilterCount{{Outcomes: tallyOutcomes, Filter: "tally-1", Counts: [2]uint64{2, 3}}})
+	page = render([]rpcpath.FilterCount{{Outcomes: tallyOutcomes, Filter: "tally-1", Counts: []uint64{2, 3}}})
 	want := "<tr><th>HTTP filter</th><th>Passed</th><th>Refused</th></tr>\n<tr><td><code>tally-1</code></td><td>2</td><td>3</td></tr>"
 	if !strings.Contains(page, want) {
 		t.Errorf("page with counts lacks %q", want)

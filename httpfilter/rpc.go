@@ -109,10 +109,26 @@ func WithAfter(ctx context.Context, a After) context.Context {
 type afterPair struct{ first, then After }
 
 func (p afterPair) RunAfter(ctx context.Context) error {
-	if err := p.first.RunAfter(ctx); err != nil {
-		return err
+	_, err := p.RunAfterContext(ctx)
+	return err
+}
+
+// RunAfterContext runs first, then then with the context first returned,
+// for the server's filters whose work changes the context the handler
+// sees (handoff.ContextAfter).
+func (p afterPair) RunAfterContext(ctx context.Context) (context.Context, error) {
+	ctx, err := runAfter(ctx, p.first)
+	if err != nil {
+		return ctx, err
 	}
-	return p.then.RunAfter(ctx)
+	return runAfter(ctx, p.then)
+}
+
+func runAfter(ctx context.Context, a After) (context.Context, error) {
+	if ca, ok := a.(handoff.ContextAfter); ok {
+		return ca.RunAfterContext(ctx)
+	}
+	return ctx, a.RunAfter(ctx)
 }
 
 // maxConnEntries bounds the entries of a ConnState: a connection outliving

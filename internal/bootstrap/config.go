@@ -52,6 +52,14 @@ type Config struct {
 	// configuration. Nil when absent.
 	CertProviders map[string]*CertProviderConfig
 
+	// AllowedGRPCServices is "allowed_grpc_services" (gRFC A102): the side
+	// channels (an ext_authz server) a management server that is not
+	// trusted may name, by target URI, with the credentials to reach each.
+	// An entry's ServerURI is its target, and it has ChannelCreds and
+	// CallCreds as an xds_servers entry has (no ServerFeatures). Nil when
+	// absent.
+	AllowedGRPCServices map[string]*ServerConfig
+
 	// key is a canonical encoding of the config, see Key.
 	key string
 	// source is where Load found the config, see Source. Not part of key.
@@ -109,6 +117,11 @@ type ServerConfig struct {
 	// IgnoreResourceDeletion is true when ServerFeatures contains
 	// "ignore_resource_deletion" (gRFC A53).
 	IgnoreResourceDeletion bool
+
+	// Trusted is true when ServerFeatures contains "trusted_xds_server"
+	// (gRFC A81, A102): the server may name side channels and their
+	// credentials itself.
+	Trusted bool
 
 	// CallCreds are the entries of the bootstrap's call_creds list whose
 	// type is supported (the built-in CallCredsJWTTokenFile, or by the

@@ -22,6 +22,9 @@ type canonConfig struct {
 	ServerTemplate string                    `json:"server_template"`
 	ClientTemplate string                    `json:"client_template"`
 	Providers      map[string]canonProvider  `json:"providers,omitempty"`
+	// Allowed is allowed_grpc_services: it changes what the client's
+	// decoders accept (gRFC A102).
+	Allowed map[string][]canonServer `json:"allowed_grpc_services,omitempty"`
 }
 
 type canonServer struct {
@@ -91,6 +94,12 @@ func (c *Config) canonicalKey() string {
 				cp.Config = canonJSON(p.Config)
 			}
 			k.Providers[name] = cp
+		}
+	}
+	if len(c.AllowedGRPCServices) > 0 {
+		k.Allowed = make(map[string][]canonServer, len(c.AllowedGRPCServices))
+		for target, s := range c.AllowedGRPCServices {
+			k.Allowed[target] = canonServers([]*ServerConfig{s})
 		}
 	}
 	b, err := json.Marshal(k)

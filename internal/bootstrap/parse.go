@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -34,6 +35,9 @@ const (
 	// ServerFeatureXDSv3 is accepted for compatibility; v3 is the only
 	// transport version this library speaks (gRFC A30).
 	ServerFeatureXDSv3 = "xds_v3"
+	// ServerFeatureTrustedXDSServer sets ServerConfig.Trusted (gRFC A81,
+	// A102).
+	ServerFeatureTrustedXDSServer = "trusted_xds_server"
 )
 
 // DefaultClientListenerResourceNameTemplate is the value of
@@ -123,6 +127,9 @@ func ParseWith(data []byte, opts ParseOptions) (*Config, error) {
 	if c.CertProviders, err = parseCertProviders(top); err != nil {
 		return nil, err
 	}
+	if c.AllowedGRPCServices, err = parseAllowedGRPCServices(&opts, top); err != nil {
+		return nil, err
+	}
 	c.key = c.canonicalKey()
 	return c, nil
 }
@@ -185,8 +192,11 @@ func parseServer(opts *ParseOptions, path string, raw json.RawMessage) (*ServerC
 		if s.ServerFeatures[i], err = decodeString(index(featuresPath, i), raw); err != nil {
 			return nil, err
 		}
-		if s.ServerFeatures[i] == ServerFeatureIgnoreResourceDeletion {
+		switch s.ServerFeatures[i] {
+		case ServerFeatureIgnoreResourceDeletion:
 			s.IgnoreResourceDeletion = true
+		case ServerFeatureTrustedXDSServer:
+			s.Trusted = true
 		}
 	}
 	return s, nil
@@ -252,4 +262,44 @@ func parseAuthority(opts *ParseOptions, path, name string, raw json.RawMessage) 
 		}
 	}
 	return a, nil
+}
+
+// parseAllowedGRPCServices parses the optional "allowed_grpc_services"
+// (gRFC A102): a map from target URI to the credentials of the side
+// channel to it, each in the format of an xds_servers entry without
+// server_uri: channel_creds (required, at least one supported type) and
+// call_creds (optional).
+func parseAllowedGRPCServices(opts *ParseOptions, top object) (map[string]*ServerConfig, error) {
+	const path = "allowed_grpc_services"
+	raw, ok := top.get(path)
+	if !ok || jsonKind(raw) == kindNull {
+		return nil, nil
+	}
+	m, err := decodeObject(path, raw)
+	if err != nil {
+		return nil, err
+	}
+	if len(m) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]*ServerConfig, len(m))
+	for target, raw := range m {
+		entryPath := mapKey(path, target)
+		if target == "" {
+			return nil, fieldError(entryPath, errors.New("empty target URI"))
+		}
+		o, err := decodeObject(entryPath, raw)
+		if err != nil {
+			return nil, err
+		}
+		s := &ServerConfig{ServerURI: target}
+		if s.ChannelCreds, err = parseChannelCreds(opts, join(entryPath, "channel_creds"), o); err != nil {
+			return nil, err
+		}
+		if s.CallCreds, err = parseCallCreds(opts, join(entryPath, "call_creds"), o, s.ChannelCreds); err != nil {
+			return nil, err
+		}
+		out[target] = s
+	}
+	return out, nil
 }

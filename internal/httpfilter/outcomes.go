@@ -2,22 +2,27 @@ package httpfilter
 
 import "context"
 
-// Outcomes describes what the steps of a filter count: RPCs by one of two
-// outcomes (allowed or denied; refused or let through in shadow mode), per
-// filter instance, in an OpenTelemetry counter and, with a Title, on the
-// status page. A filter declares it by implementing CountingFilter; the
+// Outcomes describes what the steps of a filter count: RPCs by one of a
+// few outcomes (allowed or denied; refused or let through in shadow mode;
+// allowed, denied, not checked or failed), per filter instance, in
+// OpenTelemetry counters and, with a Title, on the status page. A filter declares it by implementing CountingFilter; the
 // server then wires the listener's recorders into each step that
 // implements CountingStep. The server knows no filter by name: this is the
 // whole contract. Immutable; filters return one value for the process.
 type Outcomes struct {
 	// Metric is the name of the counter ("grpc.xds_server.rbac.decisions"),
-	// with its Unit and Description; empty: no metric.
+	// with its Unit and Description; empty: no metric (unless Metrics).
 	Metric, Unit, Description string
 	// FilterAttr is the attribute key naming the filter instance (its name
 	// in http_filters); OutcomeAttr the key of the outcome, whose values
-	// are Values[0] and Values[1].
+	// are Values.
 	FilterAttr, OutcomeAttr string
-	Values                  [2]string
+	// Values names the outcomes: 2 to MaxOutcomes of them.
+	Values []string
+	// Metrics, when set, replaces Metric: one counter per outcome (the
+	// names of Values, in order), with no attribute at all, as gRFC A92
+	// defines the ext_authz metrics. Descriptions has their descriptions.
+	Metrics, Descriptions []string
 	// Title heads the status page's table of these counts, one row per
 	// filter instance and one column per outcome (Values, capitalized);
 	// empty: the status page does not show them. None is what the page
@@ -25,7 +30,10 @@ type Outcomes struct {
 	Title, None string
 }
 
-// Counter counts one step's RPCs by outcome (0 or 1, the index in
+// MaxOutcomes is the most outcomes a filter counts.
+const MaxOutcomes = 4
+
+// Counter counts one step's RPCs by outcome (the index in
 // Outcomes.Values). The server gives it to the step when it builds the
 // routes; Count takes no lock and allocates nothing, so a step calls it
 // from Run.

@@ -67,6 +67,7 @@ var clientOnlyOverrides = map[string]bool{
 // one per decode.
 type Parser struct {
 	reg  *Registry
+	env  any // given to EnvFilters; see WithEnv
 	memo map[memoKey]Config
 }
 
@@ -225,9 +226,12 @@ func (p *Parser) parse(f Filter, raw RawConfig, override bool) (Config, error) {
 	}
 	var cfg Config
 	var err error
-	if override {
+	switch ef, ok := f.(EnvFilter); {
+	case override:
 		cfg, err = f.ParseOverride(raw)
-	} else {
+	case ok:
+		cfg, err = ef.ParseConfigEnv(p.env, raw)
+	default:
 		cfg, err = f.ParseConfig(raw)
 	}
 	if err != nil {

@@ -184,15 +184,20 @@ func (l *Listener) DrainStarted() {
 	}
 }
 
-// OutcomeSpec describes a counter of one HTTP filter's RPCs by one of two
-// outcomes (httpfilter.Outcomes, which the filter declares).
+// OutcomeSpec describes the counters of one HTTP filter's RPCs by outcome
+// (httpfilter.Outcomes, which the filter declares): one counter with an
+// attribute per outcome (Metric), or one counter per outcome with no
+// attribute (Metrics).
 type OutcomeSpec struct {
 	// Metric is the counter's name, with its Unit and Description.
 	Metric, Unit, Description string
 	// FilterAttr names the filter instance; OutcomeAttr the outcome, one
 	// of Values.
 	FilterAttr, OutcomeAttr string
-	Values                  [2]string
+	Values                  []string
+	// Metrics, when set, names one counter per outcome instead, with
+	// Descriptions; they have no attribute.
+	Metrics, Descriptions []string
 }
 
 // Outcomes returns the recorder of the outcomes of the HTTP filter named
@@ -201,16 +206,36 @@ type OutcomeSpec struct {
 // metrics or a metric name. Create it once per filter chain configuration,
 // not per RPC.
 func (l *Listener) Outcomes(spec OutcomeSpec, filter string) *Outcomes {
-	if l == nil || spec.Metric == "" {
+	if l == nil {
 		return nil
 	}
-	c := l.s.counter(spec)
+	if len(spec.Metrics) > 0 {
+		o := &Outcomes{c: make([]metric.Int64Counter, len(spec.Metrics))}
+		some := false
+		for i, name := range spec.Metrics {
+			desc := ""
+			if i < len(spec.Descriptions) {
+				desc = spec.Descriptions[i]
+			}
+			o.c[i] = l.s.counter(name, spec.Unit, desc)
+			some = some || o.c[i] != nil
+		}
+		if !some {
+			return nil
+		}
+		return o
+	}
+	if spec.Metric == "" {
+		return nil
+	}
+	c := l.s.counter(spec.Metric, spec.Unit, spec.Description)
 	if c == nil {
 		return nil
 	}
 	f := attribute.String(spec.FilterAttr, filter)
-	o := &Outcomes{c: c}
+	o := &Outcomes{c: make([]metric.Int64Counter, len(spec.Values)), opts: make([][]metric.AddOption, len(spec.Values))}
 	for i, v := range spec.Values {
+		o.c[i] = c
 		o.opts[i] = addWith(l.addr, f, attribute.String(spec.OutcomeAttr, v))
 	}
 	return o
@@ -218,35 +243,40 @@ func (l *Listener) Outcomes(spec OutcomeSpec, filter string) *Outcomes {
 
 // Outcomes records the RPCs of one HTTP filter by outcome. Immutable.
 type Outcomes struct {
-	c    metric.Int64Counter
-	opts [2][]metric.AddOption
+	c    []metric.Int64Counter // by outcome; an entry is nil if the provider could not create it
+	opts [][]metric.AddOption  // by outcome; nil for counters without attributes
 }
 
-// Count counts an RPC with outcome 0 or 1 (the index in the spec's
-// Values). It allocates nothing.
+// Count counts an RPC with an outcome (the index in the spec's Values). It
+// allocates nothing.
 func (o *Outcomes) Count(ctx context.Context, outcome int) {
-	if o != nil {
-		o.c.Add(ctx, 1, o.opts[outcome]...)
+	if o == nil || o.c[outcome] == nil {
+		return
 	}
+	if o.opts == nil {
+		o.c[outcome].Add(ctx, 1)
+		return
+	}
+	o.c[outcome].Add(ctx, 1, o.opts[outcome]...)
 }
 
-// counter returns the counter spec names, creating it on first use; nil
+// counter returns the counter named name, creating it on first use; nil
 // if the provider cannot create it (logged once).
-func (s *Server) counter(spec OutcomeSpec) metric.Int64Counter {
+func (s *Server) counter(name, unit, description string) metric.Int64Counter {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c, ok := s.counters[spec.Metric]; ok {
+	if c, ok := s.counters[name]; ok {
 		return c
 	}
-	c, err := s.meter.Int64Counter(spec.Metric, metric.WithUnit(spec.Unit), metric.WithDescription(spec.Description))
+	c, err := s.meter.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(description))
 	if err != nil {
-		logger.Errorf("xds: creating metric %s: %v", spec.Metric, err)
+		logger.Errorf("xds: creating metric %s: %v", name, err)
 		c = nil
 	}
 	if s.counters == nil {
 		s.counters = make(map[string]metric.Int64Counter)
 	}
-	s.counters[spec.Metric] = c
+	s.counters[name] = c
 	return c
 }
 

@@ -18,9 +18,9 @@ func TestMain(m *testing.M) { testutils.VerifyNoLeaks(m) }
 // them (httpfilter.Outcomes).
 var (
 	rbacSpec = metrics.OutcomeSpec{Metric: rbacfilter.DecisionsMetric, Unit: "{call}", FilterAttr: rbacfilter.AttrFilter,
-		OutcomeAttr: rbacfilter.AttrDecision, Values: [2]string{rbacfilter.DecisionAllowed, rbacfilter.DecisionDenied}}
+		OutcomeAttr: rbacfilter.AttrDecision, Values: []string{rbacfilter.DecisionAllowed, rbacfilter.DecisionDenied}}
 	rateLimitSpec = metrics.OutcomeSpec{Metric: localratelimit.LimitedMetric, Unit: "{call}", FilterAttr: localratelimit.AttrFilter,
-		OutcomeAttr: localratelimit.AttrMode, Values: [2]string{localratelimit.ModeEnforced, localratelimit.ModeShadow}}
+		OutcomeAttr: localratelimit.AttrMode, Values: []string{localratelimit.ModeEnforced, localratelimit.ModeShadow}}
 )
 
 // Every recorder records under its listener (and filter) attributes.

@@ -97,6 +97,15 @@ func credentialOptions(s *bootstrap.ServerConfig) (opts []grpc.DialOption, clean
 	return opts, cleanup, nil
 }
 
+// CredentialOptions returns the dial options of the credentials of s, a
+// management server or an allowed_grpc_services entry of the bootstrap
+// (gRFC A102: the same format), and the function releasing what they hold
+// (never nil when err is nil); the caller calls it once the channel is
+// closed.
+func CredentialOptions(s *bootstrap.ServerConfig) (opts []grpc.DialOption, cleanup func(), err error) {
+	return credentialOptions(s)
+}
+
 // callCredentials builds one call credential of a management server: the
 // built-in jwt_token_file, else the type registered with grpc-go (see
 // BootstrapOptions). cleanup is never nil when err is nil.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/proxyless-grpc/xds/internal/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/filterchain"
+	"github.com/proxyless-grpc/xds/internal/grpcservice"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/httpfilter/builtin"
 	"github.com/proxyless-grpc/xds/internal/routing"
@@ -121,7 +122,7 @@ func decodeListener(in xdsclient.DecodeInput) (string, xdsclient.ResourceData, e
 		prev = p.Table
 	}
 	table, err := filterchain.CompileRaw(raw, filterchain.Options{
-		Filters:               httpfilter.NewParser(builtin.Registry),
+		Filters:               httpfilter.NewParser(builtin.Registry).WithEnv(grpcservice.EnvOf(in.Bootstrap, in.Server)),
 		CertProviderInstances: certProviderInstances(in.Bootstrap),
 		Previous:              prev,
 	})

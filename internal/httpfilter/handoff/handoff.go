@@ -5,7 +5,10 @@
 // module, so both can import it.
 package handoff
 
-import "sync"
+import (
+	"context"
+	"sync"
+)
 
 // AfterKey is the context key under which httpfilter.WithAfter stores the
 // work to run after the tap.
@@ -34,4 +37,12 @@ func Filters() []any {
 		out[len(users)-1-i] = f
 	}
 	return out
+}
+
+// ContextAfter is work left for after the tap that returns the context the
+// rest of the RPC sees (see internal/httpfilter.ContextAfter). It is here
+// so that the public package's pairs of After values pass it on.
+type ContextAfter interface {
+	RunAfter(ctx context.Context) error
+	RunAfterContext(ctx context.Context) (context.Context, error)
 }

@@ -28,7 +28,7 @@ var outcomes = &httpfilter.Outcomes{
 	Description: "RPCs a local rate limit HTTP filter found no token for: refused (enforced), or let through where it does not enforce (shadow).",
 	FilterAttr:  AttrFilter,
 	OutcomeAttr: AttrMode,
-	Values:      [2]string{ModeEnforced, ModeShadow},
+	Values:      []string{ModeEnforced, ModeShadow},
 }
 
 // The filter's metric, its attributes and their values.

@@ -179,7 +179,7 @@ var outcomes = &httpfilter.Outcomes{
 	Description: "RPCs allowed or denied by an RBAC HTTP filter.",
 	FilterAttr:  AttrFilter,
 	OutcomeAttr: AttrDecision,
-	Values:      [2]string{DecisionAllowed, DecisionDenied},
+	Values:      []string{DecisionAllowed, DecisionDenied},
 	Title:       "RBAC decisions",
 	None:        "No RBAC filter has decided an RPC.",
 }

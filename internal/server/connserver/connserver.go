@@ -107,7 +107,7 @@ func (g *Group) NewChainServer(fc *filterchain.FilterChain, routes *rpcpath.Sour
 		onGone: onGone,
 		conns:  make(map[*Conn]struct{}),
 	}
-	cs.rpc = rpcpath.NewChain(fc.Name, fc.HCM, routes)
+	cs.rpc = rpcpath.NewChain(fc.Name, fc.HCM, routes).WithLocalIdentity(sec.LocalCertificate)
 	cs.grpcOpts = cs.rpc.ServerOptions(g.opts.GRPCOptions)
 	g.mu.Lock()
 	g.servers[cs] = struct{}{}

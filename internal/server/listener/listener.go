@@ -27,6 +27,7 @@ import (
 
 	"github.com/proxyless-grpc/xds/internal/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/filterchain"
+	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/metrics"
 	"github.com/proxyless-grpc/xds/internal/server/connserver"
 	"github.com/proxyless-grpc/xds/internal/server/rds"
@@ -359,6 +360,14 @@ func (l *Listener) newChainServer(fc *filterchain.FilterChain, inline map[*filte
 		inline[fc.HCM] = src
 	}
 	sec := security.NewChain(fc, l.p.Client.BootstrapConfig().CertProviders, l.hsLog)
+	// What the chain's filter configs hold (the ext_authz side channel) is
+	// taken before the chain serves and released once it is gone, so that
+	// an update keeping it hands it over without closing it (gRFC A83).
+	routesRelease, filtersRelease := release, httpfilter.AcquireAll(fc.HCM.Filters)
+	release = func() {
+		routesRelease()
+		filtersRelease()
+	}
 	return l.conns.NewChainServer(fc, src, sec, release)
 }
 

@@ -2,6 +2,7 @@ package rpcpath
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 
 	"google.golang.org/grpc"
@@ -19,8 +20,9 @@ import (
 // carries that state. A chain whose filters need neither gets exactly the
 // tap handle, shared by its connections. Immutable.
 type Chain struct {
-	tap   *tapper // the shared handle (its conn is nil)
-	needs httpfilter.Needs
+	tap     *tapper // the shared handle (its conn is nil)
+	needs   httpfilter.Needs
+	localID bool // a filter reads the local identity
 }
 
 // NewChain returns the Chain of the filter chain named name, whose HTTP
@@ -32,6 +34,18 @@ func NewChain(name string, hcm *filterchain.HTTPConnectionManager, src *Source) 
 	c := &Chain{tap: &tapper{chain: name, src: src}}
 	if hcm != nil {
 		c.needs = httpfilter.NeedsOf(hcm.Filters)
+		c.localID = httpfilter.UsesLocalIdentity(hcm.Filters)
+	}
+	return c
+}
+
+// WithLocalIdentity gives the chain's filters that read the server's own
+// certificate (httpfilter.LocalIdentityUser) id, which returns the leaf of
+// the chain's current identity certificate; it does nothing for other
+// chains. Call it before ServerOptions. Returns c.
+func (c *Chain) WithLocalIdentity(id func() *x509.Certificate) *Chain {
+	if c.localID {
+		c.tap.localID = id
 	}
 	return c
 }
@@ -73,7 +87,7 @@ func (c *Chain) connHandle() tap.ServerInHandle {
 	if !c.needs.ConnState {
 		return c.tap.handle
 	}
-	t := &tapper{chain: c.tap.chain, src: c.tap.src, conn: &httpfilter.ConnState{}}
+	t := &tapper{chain: c.tap.chain, src: c.tap.src, localID: c.tap.localID, conn: &httpfilter.ConnState{}}
 	return t.handle
 }
 
@@ -82,7 +96,8 @@ func (c *Chain) connHandle() tap.ServerInHandle {
 // ended the RPC.
 func unaryAfter(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if a := httpfilter.AfterOf(ctx); a != nil {
-		if err := a.RunAfter(ctx); err != nil {
+		var err error
+		if ctx, err = httpfilter.RunAfter(ctx, a); err != nil {
 			if errors.Is(err, httpfilter.ErrSkipHandler) {
 				return nil, nil
 			}
@@ -95,12 +110,25 @@ func unaryAfter(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler g
 // streamAfter is unaryAfter for streaming RPCs.
 func streamAfter(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if a := httpfilter.AfterOf(ss.Context()); a != nil {
-		if err := a.RunAfter(ss.Context()); err != nil {
+		ctx, err := httpfilter.RunAfter(ss.Context(), a)
+		if err != nil {
 			if errors.Is(err, httpfilter.ErrSkipHandler) {
 				return nil
 			}
 			return err
 		}
+		if ctx != ss.Context() {
+			ss = &streamWithContext{ServerStream: ss, ctx: ctx}
+		}
 	}
 	return handler(srv, ss)
 }
+
+// streamWithContext is a stream whose handler sees another context (the
+// request headers a filter changed).
+type streamWithContext struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *streamWithContext) Context() context.Context { return s.ctx }

@@ -52,6 +52,9 @@ type tapper struct {
 	// conn is the state of the one connection the handle serves; nil for a
 	// handle shared by a chain's connections (its filters need none).
 	conn *httpfilter.ConnState
+	// localID returns the chain's identity certificate, for the filters
+	// that read it (httpfilter.LocalIdentityUser); nil when none does.
+	localID func() *x509.Certificate
 }
 
 func (t *tapper) handle(ctx context.Context, info *tap.Info) (context.Context, error) {
@@ -85,6 +88,9 @@ func (t *tapper) handle(ctx context.Context, info *tap.Info) (context.Context, e
 	if steps := rt.stepsOf(route); len(steps) > 0 {
 		rpc := rpcInfo(ctx, info, authority)
 		rpc.Conn = t.conn
+		if t.localID != nil {
+			ctx = httpfilter.WithLocalIdentity(ctx, t.localID)
+		}
 		for _, s := range steps {
 			var err error
 			if ctx, err = s.Run(ctx, rpc); err != nil {

@@ -155,6 +155,7 @@ func (o *ListenerShared) counted(in httpfilter.Instance, s httpfilter.Step) http
 	c := &stepCounter{rec: o.Metrics.Outcomes(metrics.OutcomeSpec{
 		Metric: out.Metric, Unit: out.Unit, Description: out.Description,
 		FilterAttr: out.FilterAttr, OutcomeAttr: out.OutcomeAttr, Values: out.Values,
+		Metrics: out.Metrics, Descriptions: out.Descriptions,
 	}, in.Name)}
 	if out.Title != "" {
 		c.n = o.Counts.of(out, in.Name)
@@ -194,7 +195,7 @@ type countKey struct {
 }
 
 // outcomeCount is the count of each outcome.
-type outcomeCount [2]atomic.Uint64
+type outcomeCount [httpfilter.MaxOutcomes]atomic.Uint64
 
 // of returns the counter of the filter instances named name counting
 // outcomes, creating it. Called when routes are built, never per RPC.
@@ -223,7 +224,8 @@ type FilterCount struct {
 	// counts).
 	Outcomes *httpfilter.Outcomes
 	Filter   string
-	Counts   [2]uint64
+	// Counts has one count per outcome (Outcomes.Values).
+	Counts []uint64
 }
 
 // Snapshot returns the counts, sorted by Title, then filter name.
@@ -235,7 +237,11 @@ func (d *Counts) Snapshot() []FilterCount {
 	defer d.mu.Unlock()
 	out := make([]FilterCount, 0, len(d.byName))
 	for k, c := range d.byName {
-		out = append(out, FilterCount{Outcomes: k.outcomes, Filter: k.filter, Counts: [2]uint64{c[0].Load(), c[1].Load()}})
+		counts := make([]uint64, len(k.outcomes.Values))
+		for i := range counts {
+			counts[i] = c[i].Load()
+		}
+		out = append(out, FilterCount{Outcomes: k.outcomes, Filter: k.filter, Counts: counts})
 	}
 	slices.SortFunc(out, func(a, b FilterCount) int {
 		if c := strings.Compare(a.Outcomes.Title, b.Outcomes.Title); c != 0 {

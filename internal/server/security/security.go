@@ -15,6 +15,7 @@ package security
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -246,6 +247,29 @@ func (c *Chain) expiry() (cert, root time.Time) {
 		}
 	}
 	return cert, root
+}
+
+// LocalCertificate returns the leaf of the chain's current identity
+// certificate (a plugin's first one), without waiting; nil without TLS
+// (c is nil) or before the chain's first handshake. For the ext_authz
+// filter's destination principal (gRFC A92).
+func (c *Chain) LocalCertificate() *x509.Certificate {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	id := c.identity
+	c.mu.Unlock()
+	if id == nil {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	v, err := id.Identity(ctx)
+	if err != nil || len(v.Certs) == 0 {
+		return nil
+	}
+	return v.Certs[0].Leaf
 }
 
 var errReleased = errors.New("the filter chain is no longer in service")

@@ -1,0 +1,115 @@
+package httpfilter
+
+import (
+	"context"
+	"crypto/x509"
+
+	"github.com/proxyless-grpc/xds/internal/httpfilter/handoff"
+)
+
+// The interfaces below are the framework's hooks for built-in filters that
+// need more than a Step: none is part of the public filter API.
+
+// EnvFilter is implemented by filters whose top-level config is validated
+// against where it came from (gRFC A102: a side channel's target must be
+// allowed by the bootstrap, unless the management server is trusted). The
+// parser calls ParseConfigEnv, with the value given to WithEnv (nil
+// without one: a Listener checked offline, whose origin is unknown),
+// instead of ParseConfig.
+type EnvFilter interface {
+	Filter
+	ParseConfigEnv(env any, raw RawConfig) (Config, error)
+}
+
+// WithEnv sets what the parser gives EnvFilters, and returns p. The
+// resource decoders pass the bootstrap and the management server the
+// resource came from; the filter package that reads it defines its type.
+func (p *Parser) WithEnv(env any) *Parser {
+	p.env = env
+	return p
+}
+
+// Acquirer is implemented by filters whose configs hold resources that
+// outlive a configuration update but not their last user (gRFC A83: the
+// ext_authz side channel). The server calls Acquire for each instance of a
+// filter chain when it starts serving the chain, and the returned release
+// once the chain is retired and its last connection has closed.
+type Acquirer interface {
+	Filter
+	Acquire(config Config) (release func())
+}
+
+// AcquireAll acquires what the instances' configs hold (Acquirer) and
+// returns the function that releases it all; never nil.
+func AcquireAll(filters []Instance) (release func()) {
+	var rels []func()
+	for _, in := range filters {
+		if a, ok := in.Filter.(Acquirer); ok {
+			rels = append(rels, a.Acquire(in.Config))
+		}
+	}
+	return func() {
+		for _, r := range rels {
+			r()
+		}
+	}
+}
+
+// Describer is implemented by filters that say more about an instance on
+// the status page than its type (ext_authz: its authorization server).
+type Describer interface {
+	Describe(config Config) string
+}
+
+// LocalIdentityUser is implemented by filters whose steps read the
+// server's own certificate (ext_authz: the destination principal, gRFC
+// A92). The server then puts, in the context of each RPC of the chains
+// that run them, a function returning the chain's current identity
+// certificate (LocalIdentity).
+type LocalIdentityUser interface {
+	UsesLocalIdentity() bool
+}
+
+// UsesLocalIdentity reports whether one of filters reads the local identity.
+func UsesLocalIdentity(filters []Instance) bool {
+	for _, in := range filters {
+		if u, ok := in.Filter.(LocalIdentityUser); ok && u.UsesLocalIdentity() {
+			return true
+		}
+	}
+	return false
+}
+
+type localIdentityKey struct{}
+
+// WithLocalIdentity returns ctx carrying id, which returns the leaf of the
+// identity certificate the connection's filter chain serves (nil without
+// TLS, or before the chain has one).
+func WithLocalIdentity(ctx context.Context, id func() *x509.Certificate) context.Context {
+	return context.WithValue(ctx, localIdentityKey{}, id)
+}
+
+// LocalIdentity returns the certificate of WithLocalIdentity's function;
+// nil when there is none.
+func LocalIdentity(ctx context.Context) *x509.Certificate {
+	if f, ok := ctx.Value(localIdentityKey{}).(func() *x509.Certificate); ok && f != nil {
+		return f()
+	}
+	return nil
+}
+
+// ContextAfter is implemented by work left for after the tap that changes
+// the context the rest of the RPC sees (ext_authz: the request headers the
+// authorization server added or removed). The server calls RunAfterContext
+// instead of RunAfter and gives the returned context to the user's
+// interceptors and handler.
+type ContextAfter = handoff.ContextAfter
+
+// RunAfter runs a with ctx and returns the context the rest of the RPC
+// gets: ctx itself unless a is a ContextAfter.
+func RunAfter(ctx context.Context, a After) (context.Context, error) {
+	if ca, ok := a.(ContextAfter); ok {
+		return ca.RunAfterContext(ctx)
+	}
+	return ctx, a.RunAfter(ctx)
+}
