@@ -31,6 +31,8 @@ var policy string
 const (
 	pathResult = "envoy/authz/result" // the test's policy
 	pathEcho   = "envoy/authz/echo"   // allows, and returns its input as dynamic_metadata
+	// allows, and adds its input to the request as the header x-opa-input
+	pathEchoHeader = "envoy/authz/echo_header"
 )
 
 // opaServer is one running OPA with the Envoy plugin.

@@ -76,3 +76,9 @@ result := {
 # The decision at data.envoy.authz.echo allows everything and hands the
 # whole input back as dynamic_metadata, for the test that pins its shape.
 echo := {"allowed": true, "dynamic_metadata": {"input": input}}
+
+# The decision at data.envoy.authz.echo_header allows everything and hands
+# the whole input to the handler, as JSON in base64url in the request header
+# x-opa-input, for the test that checks what the library's filter really
+# sends.
+echo_header := {"allowed": true, "headers": {"x-opa-input": base64url.encode(json.marshal(input))}}
