@@ -20,10 +20,12 @@ import (
 	xdstypepb "github.com/cncf/xds/go/xds/type/v3"
 	adminpb "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
 	clusterpb "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	mutationpb "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	rbacconfigpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	extauthzpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlspb "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
@@ -38,6 +40,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -110,6 +113,19 @@ func withTLS(f func(d *tlspb.DownstreamTlsContext)) mutFn {
 // withValidation changes the validation context of withTLS's context.
 func withValidation(f func(v *tlspb.CertificateValidationContext)) mutFn {
 	return withTLS(func(d *tlspb.DownstreamTlsContext) { f(d.CommonTlsContext.GetValidationContext()) })
+}
+
+// withExtAuthz puts an ext_authz filter, changed by f from one calling
+// 127.0.0.1:9 (not in this bootstrap's allowed_grpc_services, from a
+// management server that is not trusted), before the router.
+func withExtAuthz(f func(c *extauthzpb.ExtAuthz)) mutFn {
+	return withHCM(func(t *testing.T, h *hcmpb.HttpConnectionManager) {
+		c := &extauthzpb.ExtAuthz{Services: &extauthzpb.ExtAuthz_GrpcService{GrpcService: &corepb.GrpcService{
+			TargetSpecifier: &corepb.GrpcService_GoogleGrpc_{GoogleGrpc: &corepb.GrpcService_GoogleGrpc{TargetUri: "127.0.0.1:9"}},
+		}}}
+		f(c)
+		h.HttpFilters = append([]*hcmpb.HttpFilter{{Name: "authz", ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: anyOf(t, c)}}}, h.HttpFilters...)
+	})
 }
 
 // withRBAC puts an RBAC filter with cfg before the router.
@@ -272,6 +288,30 @@ func badInputCases() []badCase {
 		{name: "unknown non-optional filter", mutate: withHCM(func(t *testing.T, h *hcmpb.HttpConnectionManager) {
 			h.HttpFilters = append([]*hcmpb.HttpFilter{{Name: "mystery", ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: anyOf(t, &emptypb.Empty{})}}}, h.HttpFilters...)
 		}), want: []string{"mystery", "google.protobuf.Empty"}},
+		// --- ext_authz (gRFC A92, A102) ---
+		{name: "ext_authz with http_service only", mutate: withExtAuthz(func(c *extauthzpb.ExtAuthz) {
+			c.Services = &extauthzpb.ExtAuthz_HttpService{HttpService: &extauthzpb.HttpService{}}
+		}), want: []string{"authz", "grpc_service", "http_service"}},
+		{name: "ext_authz target not allowed by the bootstrap", mutate: withExtAuthz(func(*extauthzpb.ExtAuthz) {}),
+			want: []string{"authz", "127.0.0.1:9", "allowed_grpc_services", "trusted_xds_server"}},
+		{name: "ext_authz envoy_grpc", mutate: withExtAuthz(func(c *extauthzpb.ExtAuthz) {
+			c.GetGrpcService().TargetSpecifier = &corepb.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corepb.GrpcService_EnvoyGrpc{ClusterName: "authz"}}
+		}), want: []string{"authz", "envoy_grpc"}},
+		{name: "ext_authz negative timeout", mutate: withExtAuthz(func(c *extauthzpb.ExtAuthz) {
+			c.GetGrpcService().Timeout = &durationpb.Duration{Seconds: -1}
+		}), want: []string{"authz", "grpc_service: timeout"}},
+		{name: "ext_authz initial_metadata upper case", mutate: withExtAuthz(func(c *extauthzpb.ExtAuthz) {
+			c.GetGrpcService().InitialMetadata = []*corepb.HeaderValue{{Key: "X-Tenant", Value: "a"}}
+		}), want: []string{"authz", "initial_metadata[0]", "X-Tenant"}},
+		{name: "ext_authz filter_enabled without default_value", mutate: withExtAuthz(func(c *extauthzpb.ExtAuthz) {
+			c.FilterEnabled = &corepb.RuntimeFractionalPercent{RuntimeKey: "k"}
+		}), want: []string{"authz", "filter_enabled.default_value"}},
+		{name: "ext_authz deny_at_disable without default_value", mutate: withExtAuthz(func(c *extauthzpb.ExtAuthz) {
+			c.DenyAtDisable = &corepb.RuntimeFeatureFlag{RuntimeKey: "k"}
+		}), want: []string{"authz", "deny_at_disable.default_value"}},
+		{name: "ext_authz bad mutation rule regex", mutate: withExtAuthz(func(c *extauthzpb.ExtAuthz) {
+			c.DecoderHeaderMutationRules = &mutationpb.HeaderMutationRules{AllowExpression: &matcherpb.RegexMatcher{Regex: "a("}}
+		}), want: []string{"authz", "decoder_header_mutation_rules: allow_expression"}},
 		{name: "duplicate http filter names", mutate: withRBAC(allowMethods(methodEmpty)).then(withRBAC(allowMethods(methodEmpty))), want: []string{"http_filters", rbacFilterName}},
 		{name: "http filter without config", mutate: withHCM(func(_ *testing.T, h *hcmpb.HttpConnectionManager) {
 			h.HttpFilters = append([]*hcmpb.HttpFilter{{Name: "bare"}}, h.HttpFilters...)

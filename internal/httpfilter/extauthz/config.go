@@ -61,12 +61,8 @@ func parseConfig(env *grpcservice.Env, m *extauthzpb.ExtAuthz) (*Config, error) 
 		}
 		return nil, errors.New("grpc_service: missing (gRFC A92 requires it)")
 	}
-	svc, err := grpcservice.Parse(env, m.GetGrpcService())
-	if err != nil {
-		return nil, fmt.Errorf("grpc_service: %w", err)
-	}
+	var err error
 	c := &Config{
-		service:                   svc,
 		enabled:                   httpfilter.FractionAll,
 		failureModeAllow:          m.GetFailureModeAllow(),
 		failureModeAllowHeaderAdd: m.GetFailureModeAllowHeaderAdd(),
@@ -99,6 +95,11 @@ func parseConfig(env *grpcservice.Env, m *extauthzpb.ExtAuthz) (*Config, error) 
 	}
 	if c.rules, err = parseRules(m.GetDecoderHeaderMutationRules()); err != nil {
 		return nil, fmt.Errorf("decoder_header_mutation_rules: %w", err)
+	}
+	// Last, so that a config with several problems reports its own before
+	// the trust check's.
+	if c.service, err = grpcservice.Parse(env, m.GetGrpcService()); err != nil {
+		return nil, fmt.Errorf("grpc_service: %w", err)
 	}
 	return c, nil
 }

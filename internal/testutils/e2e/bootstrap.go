@@ -24,6 +24,9 @@ type BootstrapOptions struct {
 	// CertificateProviders are certificate_providers entries, by instance
 	// name, copied verbatim.
 	CertificateProviders map[string]json.RawMessage
+	// AllowedGRPCServices are allowed_grpc_services entries (gRFC A102),
+	// by target URI, copied verbatim.
+	AllowedGRPCServices map[string]json.RawMessage
 }
 
 // AuthorityOptions describes one entry of the bootstrap's authorities.
@@ -61,6 +64,7 @@ type jsonBootstrap struct {
 	ServerListenerResourceNameTemplate string                     `json:"server_listener_resource_name_template,omitempty"`
 	Authorities                        map[string]jsonAuthority   `json:"authorities,omitempty"`
 	CertificateProviders               map[string]json.RawMessage `json:"certificate_providers,omitempty"`
+	AllowedGRPCServices                map[string]json.RawMessage `json:"allowed_grpc_services,omitempty"`
 }
 
 // Bootstrap returns bootstrap JSON (gRFC A27) built from o. It fails the test
@@ -82,6 +86,7 @@ func Bootstrap(t testing.TB, o BootstrapOptions) []byte {
 		XDSServers:                         servers(o.ServerURIs),
 		ServerListenerResourceNameTemplate: o.ServerListenerResourceNameTemplate,
 		CertificateProviders:               o.CertificateProviders,
+		AllowedGRPCServices:                o.AllowedGRPCServices,
 	}
 	if o.NodeID != "" {
 		b.Node = &jsonNode{ID: o.NodeID}
