@@ -142,9 +142,10 @@ func Parse(env *Env, gs *corepb.GrpcService) (*Service, error) {
 	return s, nil
 }
 
-// checkTarget accepts what grpc.NewClient accepts: a URI whose scheme has a
-// registered resolver or, as gRPC does, a target that becomes one with the
-// default scheme (dns) in front ("127.0.0.1:9191").
+// checkTarget accepts a URI whose scheme has a registered resolver (gRFC
+// A102) or, as grpc.NewClient does, a target that is no URI and becomes one
+// with the default scheme in front ("127.0.0.1:9191", "authz:9191"). A
+// "scheme://" whose scheme has no resolver is refused.
 func checkTarget(t string) error {
 	if t == "" {
 		return errors.New("empty, want a target URI")
@@ -153,11 +154,15 @@ func checkTarget(t string) error {
 		if resolver.Get(u.Scheme) != nil {
 			return nil
 		}
+		if strings.Contains(t, "://") {
+			// A URI whose scheme gRPC has no resolver for.
+			return fmt.Errorf("%q: no resolver is registered for scheme %q", t, u.Scheme)
+		}
 	}
-	if u, err := url.Parse("dns:///" + t); err == nil && resolver.Get(u.Scheme) != nil {
+	if _, err := url.Parse("dns:///" + t); err == nil && resolver.Get("dns") != nil {
 		return nil
 	}
-	return fmt.Errorf("%q is not a target gRPC can resolve (no resolver for its scheme)", t)
+	return fmt.Errorf("%q is not a target gRPC can resolve", t)
 }
 
 // headerValue validates a HeaderValue of initial_metadata or of a header
