@@ -117,18 +117,11 @@ func (p afterPair) RunAfter(ctx context.Context) error {
 // for the server's filters whose work changes the context the handler
 // sees (handoff.ContextAfter).
 func (p afterPair) RunAfterContext(ctx context.Context) (context.Context, error) {
-	ctx, err := runAfter(ctx, p.first)
+	ctx, err := handoff.RunAfter(ctx, p.first)
 	if err != nil {
 		return ctx, err
 	}
-	return runAfter(ctx, p.then)
-}
-
-func runAfter(ctx context.Context, a After) (context.Context, error) {
-	if ca, ok := a.(handoff.ContextAfter); ok {
-		return ca.RunAfterContext(ctx)
-	}
-	return ctx, a.RunAfter(ctx)
+	return handoff.RunAfter(ctx, p.then)
 }
 
 // maxConnEntries bounds the entries of a ConnState: a connection outliving

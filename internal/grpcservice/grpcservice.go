@@ -99,7 +99,7 @@ func Parse(env *Env, gs *corepb.GrpcService) (*Service, error) {
 		}
 	}
 	for i, hv := range gs.GetInitialMetadata() {
-		key, value, err := headerValue(hv)
+		key, value, err := HeaderValue(hv)
 		if err != nil {
 			return nil, fmt.Errorf("initial_metadata[%d]: %w", i, err)
 		}
@@ -165,10 +165,10 @@ func checkTarget(t string) error {
 	return fmt.Errorf("%q is not a target gRPC can resolve", t)
 }
 
-// headerValue validates a HeaderValue of initial_metadata or of a header
+// HeaderValue validates a HeaderValue of initial_metadata or of a header
 // mutation (gRFC A102): a lower-case gRPC header name, not reserved, and a
 // value; for a "-bin" key, raw_value when set.
-func headerValue(hv *corepb.HeaderValue) (key, value string, err error) {
+func HeaderValue(hv *corepb.HeaderValue) (key, value string, err error) {
 	key = hv.GetKey()
 	if err := CheckHeaderName(key); err != nil {
 		return "", "", err
@@ -186,9 +186,6 @@ func headerValue(hv *corepb.HeaderValue) (key, value string, err error) {
 	}
 	return key, value, nil
 }
-
-// HeaderValue is headerValue for the ext_authz filter's mutations.
-func HeaderValue(hv *corepb.HeaderValue) (key, value string, err error) { return headerValue(hv) }
 
 // CheckHeaderName reports why key cannot be a header gRPC sends or that a
 // side channel may set: empty or too long, not a lower-case gRPC header

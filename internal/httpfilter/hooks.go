@@ -108,8 +108,5 @@ type ContextAfter = handoff.ContextAfter
 // RunAfter runs a with ctx and returns the context the rest of the RPC
 // gets: ctx itself unless a is a ContextAfter.
 func RunAfter(ctx context.Context, a After) (context.Context, error) {
-	if ca, ok := a.(ContextAfter); ok {
-		return ca.RunAfterContext(ctx)
-	}
-	return ctx, a.RunAfter(ctx)
+	return handoff.RunAfter(ctx, a)
 }

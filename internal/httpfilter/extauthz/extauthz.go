@@ -120,9 +120,6 @@ func (Filter) ParseConfigEnv(env any, raw httpfilter.RawConfig) (httpfilter.Conf
 // of ExtAuthzPerRoute (disabling is the generic FilterConfig.disabled): an
 // override only makes the filter run where it is disabled by default.
 func (Filter) ParseOverride(raw httpfilter.RawConfig) (httpfilter.Config, error) {
-	if raw.TypeURL != "" && !strings.HasSuffix(raw.TypeURL, "ExtAuthzPerRoute") {
-		return nil, fmt.Errorf("override type %q, want ExtAuthzPerRoute", raw.TypeURL)
-	}
 	m := &extauthzpb.ExtAuthzPerRoute{}
 	if err := raw.UnmarshalTo(m); err != nil {
 		return nil, fmt.Errorf("malformed ExtAuthzPerRoute: %w", err)
@@ -191,7 +188,7 @@ func (s *step) count(ctx context.Context, outcome int) {
 // Run decides, in the tap handle, whether the filter is enabled for the
 // RPC (filter_enabled); the check itself is left for after the tap.
 func (s *step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, error) {
-	if !s.cfg.enabled.Always() && !s.cfg.enabled.Hit() {
+	if !s.cfg.enabled.Hit() {
 		s.count(ctx, outcomeDisabled)
 		if s.cfg.denyAtDisable {
 			return ctx, status.Error(s.cfg.errorCode, "ext_authz: the filter is disabled for this RPC and deny_at_disable is set")

@@ -46,3 +46,12 @@ type ContextAfter interface {
 	RunAfter(ctx context.Context) error
 	RunAfterContext(ctx context.Context) (context.Context, error)
 }
+
+// RunAfter runs a with ctx and returns the context the rest of the RPC
+// gets: ctx itself unless a is a ContextAfter.
+func RunAfter(ctx context.Context, a interface{ RunAfter(context.Context) error }) (context.Context, error) {
+	if ca, ok := a.(ContextAfter); ok {
+		return ca.RunAfterContext(ctx)
+	}
+	return ctx, a.RunAfter(ctx)
+}
