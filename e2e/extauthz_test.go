@@ -159,14 +159,20 @@ func authzEnv(t *testing.T, trusted bool, targets ...string) *testEnv {
 	return &testEnv{ms: ms, nodeID: nodeID, bootstrap: e2e.Bootstrap(t, o)}
 }
 
+// authzListener returns the Listener of an address whose one chain runs
+// ext_authz "authz" with cfg over rc.
+func authzListener(t *testing.T, cfg *extauthzpb.ExtAuthz, rc *routepb.RouteConfiguration) func(net.Addr) *listenerpb.Listener {
+	return func(a net.Addr) *listenerpb.Listener {
+		return filtersListener(a, []*hcmpb.HttpFilter{httpFilter(t, "authz", cfg)}, rc, "")
+	}
+}
+
 // startAuthz serves a Listener whose chain runs ext_authz "authz" with cfg
 // over rc, with the user's interceptors recorded.
 func startAuthz(ctx context.Context, t *testing.T, env *testEnv, cfg *extauthzpb.ExtAuthz, rc *routepb.RouteConfiguration, opts ...grpc.ServerOption) (*testClient, *handlerRecorder, net.Addr) {
 	t.Helper()
 	rec := &handlerRecorder{}
-	_, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
-		return filtersListener(a, []*hcmpb.HttpFilter{httpFilter(t, "authz", cfg)}, rc, "")
-	}, nil, append(rec.options(), opts...)...)
+	_, addr := startServing(ctx, t, env, authzListener(t, cfg, rc), nil, append(rec.options(), opts...)...)
 	return connected(ctx, t, addr), rec, addr
 }
 
@@ -590,9 +596,7 @@ func TestExtAuthz_ChannelKept(t *testing.T) {
 	ctx := testContext(t)
 	a := startAuthzServer(t)
 	env := authzEnv(t, false, a.addr)
-	s, addr := startServing(ctx, t, env, func(lis net.Addr) *listenerpb.Listener {
-		return filtersListener(lis, []*hcmpb.HttpFilter{httpFilter(t, "authz", extAuthz(a.addr))}, allRoutes("routes"), "")
-	}, nil)
+	s, addr := startServing(ctx, t, env, authzListener(t, extAuthz(a.addr), allRoutes("routes")), nil)
 	c := connected(ctx, t, addr)
 	if err := rpcResult(ctx, c, "EmptyCall"); err != nil {
 		t.Fatal(err)
@@ -702,9 +706,7 @@ func TestExtAuthz_StatusPage(t *testing.T) {
 	ctx := testContext(t)
 	a := startAuthzServer(t)
 	env := authzEnv(t, false, a.addr)
-	s, addr := startServing(ctx, t, env, func(lis net.Addr) *listenerpb.Listener {
-		return filtersListener(lis, []*hcmpb.HttpFilter{httpFilter(t, "authz", extAuthz(a.addr))}, allRoutes("routes"), "")
-	}, nil)
+	s, addr := startServing(ctx, t, env, authzListener(t, extAuthz(a.addr), allRoutes("routes")), nil)
 	hs := httptest.NewServer(admin.NewStatusHandler(s.GRPCServer))
 	t.Cleanup(hs.Close)
 	c := connected(ctx, t, addr)
@@ -742,7 +744,7 @@ func TestExtAuthz_TLSPeers(t *testing.T) {
 		cfg := extAuthz(a.addr)
 		cfg.IncludePeerCertificate = include
 		s, addr := startServing(ctx, t, env, func(lis net.Addr) *listenerpb.Listener {
-			return withTransportSocket(t, filtersListener(lis, []*hcmpb.HttpFilter{httpFilter(t, "authz", cfg)}, allRoutes("routes"), ""), "filters-chain", downstreamTLS(true, true))
+			return withTransportSocket(t, authzListener(t, cfg, allRoutes("routes"))(lis), "filters-chain", downstreamTLS(true, true))
 		}, nil, xdsCreds(t))
 		c := newClient(t, addr, "127.0.0.1", 0, tlsClientCreds(pki.ca.Pool, client))
 		if err := rpcResult(ctx, c, "EmptyCall"); err != nil {
