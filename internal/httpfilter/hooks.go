@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/x509"
 
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
 	"github.com/proxyless-grpc/xds/internal/httpfilter/handoff"
 )
 
@@ -109,4 +111,32 @@ type ContextAfter = handoff.ContextAfter
 // gets: ctx itself unless a is a ContextAfter.
 func RunAfter(ctx context.Context, a After) (context.Context, error) {
 	return handoff.RunAfter(ctx, a)
+}
+
+// ApplyHeader applies one header mutation to md (gRPC metadata: lower-case
+// keys) as Envoy's append_action says, and reports whether md changed. An
+// action it does not know changes nothing. The filters that change
+// metadata (local rate limit, ext_authz) validate key and value first, each
+// by its own rules.
+func ApplyHeader(md map[string][]string, key, value string, action corepb.HeaderValueOption_HeaderAppendAction) bool {
+	_, exists := md[key]
+	switch action {
+	case corepb.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD:
+		md[key] = append(md[key], value)
+	case corepb.HeaderValueOption_ADD_IF_ABSENT:
+		if exists {
+			return false
+		}
+		md[key] = []string{value}
+	case corepb.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD:
+		md[key] = []string{value}
+	case corepb.HeaderValueOption_OVERWRITE_IF_EXISTS:
+		if !exists {
+			return false
+		}
+		md[key] = []string{value}
+	default:
+		return false
+	}
+	return true
 }

@@ -179,26 +179,10 @@ func add(rules *mutationRules, md metadata.MD, h *corepb.HeaderValueOption) (boo
 			action = corepb.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD
 		}
 	}
-	exists := len(md.Get(key)) > 0
-	switch action {
-	case corepb.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD:
-		md.Append(key, value)
-	case corepb.HeaderValueOption_ADD_IF_ABSENT:
-		if exists {
-			return false, nil
-		}
-		md.Set(key, value)
-	case corepb.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD:
-		md.Set(key, value)
-	case corepb.HeaderValueOption_OVERWRITE_IF_EXISTS:
-		if !exists {
-			return false, nil
-		}
-		md.Set(key, value)
-	default:
+	if _, ok := corepb.HeaderValueOption_HeaderAppendAction_name[int32(action)]; !ok {
 		return false, fmt.Errorf("append_action: unknown value %d", int32(action))
 	}
-	return true, nil
+	return httpfilter.ApplyHeader(md, key, value, action), nil
 }
 
 // request builds the CheckRequest of gRFC A92.

@@ -7,6 +7,8 @@ import (
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/proxyless-grpc/xds/internal/httpfilter"
 )
 
 // headerOp is one HeaderValueOption: add value under key as action says.
@@ -103,21 +105,7 @@ func checkKey(key string) error {
 // apply applies the mutations to md, in order.
 func (ops headerOps) apply(md metadata.MD) {
 	for _, op := range ops {
-		_, exists := md[op.key]
-		switch op.action {
-		case corepb.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD:
-			md[op.key] = append(md[op.key], op.value)
-		case corepb.HeaderValueOption_ADD_IF_ABSENT:
-			if !exists {
-				md[op.key] = []string{op.value}
-			}
-		case corepb.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD:
-			md[op.key] = []string{op.value}
-		case corepb.HeaderValueOption_OVERWRITE_IF_EXISTS:
-			if exists {
-				md[op.key] = []string{op.value}
-			}
-		}
+		httpfilter.ApplyHeader(md, op.key, op.value, op.action)
 	}
 }
 
