@@ -131,9 +131,11 @@ func TestParse_Errors(t *testing.T) {
 			wantField: "xds_servers[0].server_features[1]", wantErr: ErrWrongType},
 
 		{desc: "node an array", in: withServers(`"node": []`), wantField: "node", wantErr: ErrWrongType},
-		{desc: "node id a number", in: withServers(`"node": {"id": 5}`), wantField: "node"},
-		{desc: "node metadata a string", in: withServers(`"node": {"metadata": "m"}`), wantField: "node"},
-		{desc: "node locality zone a list", in: withServers(`"node": {"locality": {"zone": []}}`), wantField: "node"},
+		{desc: "node id a number", in: withServers(`"node": {"id": 5}`), wantField: "node.id", wantErr: ErrWrongType},
+		{desc: "node metadata a string", in: withServers(`"node": {"metadata": "m"}`), wantField: "node.metadata", wantErr: ErrWrongType},
+		{desc: "node locality zone a list", in: withServers(`"node": {"locality": {"zone": []}}`), wantField: "node.locality.zone", wantErr: ErrWrongType},
+		{desc: "node locality a string", in: withServers(`"node": {"locality": "z"}`), wantField: "node.locality", wantErr: ErrWrongType},
+		{desc: "node cluster an object", in: withServers(`"node": {"cluster": {}}`), wantField: "node.cluster", wantErr: ErrWrongType},
 
 		{desc: "authorities an array", in: withServers(`"authorities": []`), wantField: "authorities", wantErr: ErrWrongType},
 		{desc: "authority a number", in: authority(`1`), wantField: `authorities["a"]`, wantErr: ErrWrongType},

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/proxyless-grpc/xds/internal/version"
 )
@@ -202,22 +202,72 @@ func parseServer(opts *ParseOptions, path string, raw json.RawMessage) (*ServerC
 	return s, nil
 }
 
-// parseNode parses the optional "node" with protojson, ignoring unknown
-// fields, and overwrites the fields that gRFC A27 reserves to the client.
+// parseNode parses the optional "node": id, cluster, metadata and locality,
+// under their proto or JSON names as protojson reads them; other members
+// are ignored, and the fields gRFC A27 reserves to the client are set here.
+// It reads JSON without protojson, which would build the descriptors of the
+// whole base.proto file on the way, a first server's heap for nothing.
 func parseNode(top object) (*corepb.Node, error) {
 	n := &corepb.Node{}
 	if raw, ok := top.get("node"); ok {
-		if jsonKind(raw) != kindObject {
-			return nil, wrongType("node", kindObject, raw)
+		const path = "node"
+		o, err := decodeObject(path, raw)
+		if err != nil {
+			return nil, err
 		}
-		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(raw, n); err != nil {
-			return nil, fieldError("node", err)
+		if n.Id, err = o.str(path, "id"); err != nil {
+			return nil, err
+		}
+		if n.Cluster, err = o.str(path, "cluster"); err != nil {
+			return nil, err
+		}
+		if raw, ok := o.get("metadata"); ok {
+			if n.Metadata, err = jsonStruct(join(path, "metadata"), raw); err != nil {
+				return nil, err
+			}
+		}
+		loc, err := o.obj(path, "locality")
+		if err != nil {
+			return nil, err
+		}
+		if loc != nil {
+			lpath := join(path, "locality")
+			n.Locality = &corepb.Locality{}
+			if n.Locality.Region, err = loc.str(lpath, "region"); err != nil {
+				return nil, err
+			}
+			if n.Locality.Zone, err = loc.str(lpath, "zone"); err != nil {
+				return nil, err
+			}
+			name := "sub_zone"
+			if _, ok := loc["subZone"]; ok {
+				name = "subZone"
+			}
+			if n.Locality.SubZone, err = loc.str(lpath, name); err != nil {
+				return nil, err
+			}
 		}
 	}
 	n.UserAgentName = UserAgentName
 	n.UserAgentVersionType = &corepb.Node_UserAgentVersion{UserAgentVersion: version.Version()}
 	n.ClientFeatures = []string{ClientFeatureNoOverprovisioning, ClientFeatureResourceInSotW}
 	return n, nil
+}
+
+// jsonStruct decodes raw, a JSON object, as a google.protobuf.Struct.
+func jsonStruct(path string, raw json.RawMessage) (*structpb.Struct, error) {
+	if jsonKind(raw) != kindObject {
+		return nil, wrongType(path, kindObject, raw)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fieldError(path, err)
+	}
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		return nil, fieldError(path, err)
+	}
+	return s, nil
 }
 
 // parseAuthorities parses the optional "authorities" map (gRFC A47). An empty

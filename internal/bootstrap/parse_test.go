@@ -36,6 +36,15 @@ func server(uri string) *ServerConfig {
 	return &ServerConfig{ServerURI: uri, ChannelCreds: ChannelCreds{Type: CredsInsecure}}
 }
 
+func mustStruct(t *testing.T, m map[string]any) *structpb.Struct {
+	t.Helper()
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // wantNode returns n with the fields this library sets.
 func wantNode(n *corepb.Node) *corepb.Node {
 	n.UserAgentName = UserAgentName
@@ -220,6 +229,14 @@ func TestParse_Node(t *testing.T) {
 				"locality": {"region": "r", "zone": "z", "sub_zone": "s"}}`),
 			want: wantNode(&corepb.Node{Id: "projects/1/nodes/a", Cluster: "c", Metadata: metadata,
 				Locality: &corepb.Locality{Region: "r", Zone: "z", SubZone: "s"}}),
+		},
+		{
+			desc: "metadata of every JSON type, null members",
+			in: withServers(`"node": {"id": null, "cluster": null, "locality": null,
+				"metadata": {"s": "x", "n": -1.5, "b": false, "z": null, "l": [1, "a", {"k": []}], "o": {}}}`),
+			want: wantNode(&corepb.Node{Metadata: mustStruct(t, map[string]any{
+				"s": "x", "n": -1.5, "b": false, "z": nil, "l": []any{1, "a", map[string]any{"k": []any{}}}, "o": map[string]any{},
+			})}),
 		},
 		{
 			desc: "camelCase names",

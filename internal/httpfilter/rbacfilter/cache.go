@@ -15,19 +15,23 @@ var engines = &configCache{m: map[string]weak.Pointer[Config]{}}
 
 type configCache struct {
 	mu sync.Mutex
-	m  map[string]weak.Pointer[Config] // by deterministic config bytes; guarded by mu
+	m  map[string]weak.Pointer[Config] // by config bytes (received, or deterministic); guarded by mu
+}
+
+// lookup returns the live config for key, or nil.
+func (c *configCache) lookup(key string) *Config {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[key].Value()
 }
 
 // get returns the live config for key, or builds one. build runs without
 // the lock held; two concurrent builds of one key may both run, and the
 // first stored wins.
 func (c *configCache) get(key string, build func() (*Config, error)) (*Config, error) {
-	c.mu.Lock()
-	if p := c.m[key].Value(); p != nil {
-		c.mu.Unlock()
+	if p := c.lookup(key); p != nil {
 		return p, nil
 	}
-	c.mu.Unlock()
 	cfg, err := build()
 	if err != nil {
 		return nil, err
@@ -37,10 +41,25 @@ func (c *configCache) get(key string, build func() (*Config, error)) (*Config, e
 	if p := c.m[key].Value(); p != nil {
 		return p, nil
 	}
+	c.store(key, cfg)
+	return cfg, nil
+}
+
+// alias makes key another key of cfg, unless key already has a live
+// config.
+func (c *configCache) alias(key string, cfg *Config) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m[key].Value() == nil {
+		c.store(key, cfg)
+	}
+}
+
+// store enters cfg under key; c.mu is held.
+func (c *configCache) store(key string, cfg *Config) {
 	wp := weak.Make(cfg)
 	c.m[key] = wp
 	runtime.AddCleanup(cfg, c.drop, cleanupKey{key: key, wp: wp})
-	return cfg, nil
 }
 
 type cleanupKey struct {

@@ -22,8 +22,12 @@ import (
 
 	"github.com/proxyless-grpc/xds/internal/fieldpath"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
+	"github.com/proxyless-grpc/xds/internal/typedconfig"
 	"github.com/proxyless-grpc/xds/rbac"
 )
+
+// configName is the message name of ConfigTypeURL.
+const configName = "envoy.extensions.filters.http.rbac.v3.RBAC"
 
 // Type URLs of the filter's configs.
 const (
@@ -62,11 +66,25 @@ func (Filter) IsTerminal() bool { return false }
 
 // ParseConfig implements httpfilter.Filter.
 func (Filter) ParseConfig(raw httpfilter.RawConfig) (httpfilter.Config, error) {
+	// A config in binary form is keyed by the bytes received: the same
+	// bytes always decode to the same config, so a config compiled before
+	// is found without decoding or re-encoding it (a fleet push carries the
+	// same RBAC config to every server of the process).
+	var key []byte
+	if raw.Struct == nil && raw.Any != nil && typedconfig.Name(raw.TypeURL) == configName {
+		key = raw.Any.GetValue()
+		if key == nil {
+			key = []byte{}
+		}
+		if c := engines.lookup(string(key)); c != nil {
+			return c, nil
+		}
+	}
 	m := &rbacpb.RBAC{}
 	if err := raw.UnmarshalTo(m); err != nil {
 		return nil, fmt.Errorf("rbacfilter: %w", err)
 	}
-	return parse(m)
+	return parse(m, key)
 }
 
 // ParseOverride implements httpfilter.Filter: an RBACPerRoute whose rbac is
@@ -80,7 +98,7 @@ func (Filter) ParseOverride(raw httpfilter.RawConfig) (httpfilter.Config, error)
 	if m.GetRbac() == nil {
 		return disabled, nil
 	}
-	c, err := parse(m.GetRbac())
+	c, err := parse(m.GetRbac(), nil)
 	if err != nil {
 		return nil, fieldpath.In("rbac", err)
 	}
@@ -88,8 +106,9 @@ func (Filter) ParseOverride(raw httpfilter.RawConfig) (httpfilter.Config, error)
 }
 
 // parse compiles an RBAC filter config, reusing the engine of an identical
-// config compiled before when one is still in use.
-func parse(m *rbacpb.RBAC) (*Config, error) {
+// config compiled before when one is still in use. key is m's encoding as
+// received, nil when m was not received in binary form.
+func parse(m *rbacpb.RBAC, key []byte) (*Config, error) {
 	// gRFC A41 supports only rules; the matcher API would be silently
 	// ignored by a reader of rules, which fails open: reject it.
 	if m.GetMatcher() != nil {
@@ -98,11 +117,15 @@ func parse(m *rbacpb.RBAC) (*Config, error) {
 	if m.GetShadowMatcher() != nil {
 		return nil, fieldpath.Errorf("shadow_matcher", "the matcher API is not supported, use shadow_rules")
 	}
-	key, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	// Copies of one config serialized apart (a control plane marshaling it
+	// for each chain or each node) differ in the order of their policies
+	// map: the deterministic encoding finds the config compiled for any of
+	// them, and the received bytes become another key of it.
+	canonical, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("rbacfilter: %w", err)
 	}
-	return engines.get(string(key), func() (*Config, error) {
+	c, err := engines.get(string(canonical), func() (*Config, error) {
 		c := &Config{}
 		var err error
 		if r := m.GetRules(); r != nil {
@@ -117,6 +140,10 @@ func parse(m *rbacpb.RBAC) (*Config, error) {
 		}
 		return c, nil
 	})
+	if err == nil && key != nil && string(key) != string(canonical) {
+		engines.alias(string(key), c)
+	}
+	return c, err
 }
 
 // BuildStep implements httpfilter.Filter: the override, when there is one,

@@ -22,6 +22,7 @@ import (
 
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/testutils"
+	"github.com/proxyless-grpc/xds/internal/typedconfig"
 )
 
 func TestMain(m *testing.M) { testutils.VerifyNoLeaks(m) }
@@ -205,6 +206,72 @@ func TestSharedEngines(t *testing.T) {
 	}
 	runtime.KeepAlive(fs)
 	runtime.KeepAlive(fs2)
+}
+
+// TestSharedEnginesReceivedBytes: a config is found again by the bytes it
+// was received in. A config with an unknown field more is another config
+// (compiled on its own, behaving alike; copies differing only in map order
+// share one, TestThousandChainsOneEngine), and the bytes of a valid config
+// never let an invalid one through.
+func TestSharedEnginesReceivedBytes(t *testing.T) {
+	cfg := allowPath("/bytes")
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := append(append([]byte{}, b...), 0xf8, 0x7f, 0x01) // unknown field 2047, varint 1
+	parse := func(value []byte) (*Config, error) {
+		raw, err := typedconfig.Unwrap(&anypb.Any{TypeUrl: ConfigTypeURL, Value: value})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := Filter{}.ParseConfig(raw)
+		if err != nil {
+			return nil, err
+		}
+		return c.(*Config), nil
+	}
+	c1, err := parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := parse(append([]byte{}, b...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c3, err := parse(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c1 != c2 {
+		t.Error("the same bytes were compiled twice")
+	}
+	if c3 == c1 {
+		t.Error("other bytes share the engine compiled for the first ones")
+	}
+	rpc := func(path string) httpfilter.RPC {
+		return httpfilter.RPC{Request: httpfilter.Request{FullMethod: path, Remote: netip.MustParseAddrPort("127.0.0.1:1")}}
+	}
+	for _, c := range []*Config{c1, c3} {
+		s, _ := Filter{}.BuildStep("rbac", c, nil)
+		if _, err := s.Run(context.Background(), rpc("/bytes")); err != nil {
+			t.Errorf("/bytes denied: %v", err)
+		}
+		if _, err := s.Run(context.Background(), rpc("/other")); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("/other: %v, want PERMISSION_DENIED", err)
+		}
+	}
+	bad, err := proto.Marshal(&rbacpb.RBAC{Rules: cfg.Rules, Matcher: &xdsmatcherpb.Matcher{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := parse(bad); err == nil || !strings.Contains(err.Error(), "matcher") {
+			t.Errorf("config with the matcher API: error %v, want one naming matcher", err)
+		}
+	}
+	runtime.KeepAlive(c1)
+	runtime.KeepAlive(c3)
 }
 
 // TestCacheForgets: the engine cache does not keep unused engines.
