@@ -57,17 +57,25 @@ func (c *Client) handleResponse(ch *xdsChannel, gen uint64, resp *discoverypb.Di
 	if len(errs) > 0 {
 		rejected = &UpdateErrorState{Version: resp.GetVersionInfo(), Reason: strings.Join(errs, "; "), Time: now}
 	}
+	// The answer goes out before the watchers run: it depends only on the
+	// decoding, and its sender is then started first. Starting a goroutine
+	// makes it the next to run, so the watcher's, started after, runs as
+	// soon as this one waits, and the sender after it. With many servers in
+	// one process, each server then applies its update before the process
+	// moves on to the next server's (the other order delays every server's
+	// update behind the other servers' writes). Dumps read the state on
+	// the serializer, so none sees the ACK without the update.
+	if len(errs) > 0 {
+		c.nack(ch, ts, typeURL, resp, errs)
+	} else {
+		ts.version = resp.GetVersionInfo()
+		ch.enqueue(typeURL, ts.version, ts.nonce, ch.subscribedNames(typeURL), nil)
+	}
 	u := update{ch: ch, rt: rt, version: resp.GetVersionInfo(), results: results, rejected: rejected, now: now, fc: fc, unnamed: unnamed}
 	for a := range ch.users {
 		c.apply(a, u)
 		c.applyResourceErrors(a, u, resp.GetResourceErrors())
 	}
-	if len(errs) > 0 {
-		c.nack(ch, ts, typeURL, resp, errs)
-		return
-	}
-	ts.version = resp.GetVersionInfo()
-	ch.enqueue(typeURL, ts.version, ts.nonce, ch.subscribedNames(typeURL), nil)
 }
 
 // update is one decoded response, as apply needs it.
