@@ -262,7 +262,9 @@ func TestRateLimitPerRoute(t *testing.T) {
 }
 
 // TestRateLimitPerConnection: with local_rate_limit_per_downstream_connection
-// each connection has a bucket of its own.
+// each connection has a bucket of its own, also a connection that comes
+// after one closed (whose server, were it reused, would hand over its
+// spent bucket).
 func TestRateLimitPerConnection(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
@@ -270,7 +272,7 @@ func TestRateLimitPerConnection(t *testing.T) {
 	cfg := rateLimit("conn", 2)
 	cfg.LocalRateLimitPerDownstreamConnection = true
 	name := "ratelimit"
-	_, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
+	s, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
 		return filtersListener(a, []*hcmpb.HttpFilter{httpFilter(t, name, cfg)}, allRoutes("routes"), "")
 	}, nil)
 	c1, c2 := connected(ctx, t, addr), connected(ctx, t, addr)
@@ -282,6 +284,12 @@ func TestRateLimitPerConnection(t *testing.T) {
 	}
 	if got := c1.emptyCall(ctx); got != codes.Unavailable {
 		t.Errorf("connection 1 again: %v, want UNAVAILABLE", got)
+	}
+	c1.Close()
+	waitForChainConns(ctx, t, s, "filters-chain", false, chainConns{live: 1})
+	c3 := connected(ctx, t, addr)
+	if got, _ := burst(ctx, c3, 5); tally(got)[codes.OK] != 2 {
+		t.Errorf("connection 3, after connection 1 closed, 5 RPCs: %v, want 2 OK (a bucket of its own)", tally(got))
 	}
 }
 

@@ -6,6 +6,12 @@
 // stops its server (GOAWAY, in-flight RPCs finish), then stops it when the
 // drain grace time is over; the listening socket is never involved.
 //
+// A server serves one connection at a time, not one in its life: once its
+// connection has closed on its own, the server waits, idle, for the next
+// connection of its chain (a few per chain, see maxIdle), so that a new
+// connection costs neither grpc.NewServer, the registration of every
+// service, Serve's setup nor Stop.
+//
 // A Group is the per-listener owner: it holds the ChainServers (one per
 // filter chain in service, or still serving connections after it left
 // service), and starts and waits for every goroutine of the package.
@@ -49,6 +55,9 @@ type Options struct {
 	DrainGrace, DrainJitter time.Duration
 	// Log is the listener's logger.
 	Log *serverlog.Logger
+	// Addr is the listener's address, the one each grpc.Server is told it
+	// serves on. Nil means the unspecified TCP address.
+	Addr net.Addr
 	// Clock times the drains (jitter delays, grace deadlines, the wait for
 	// gRPC to start serving a connection). Nil means clock.Real.
 	Clock clock.Clock
@@ -73,14 +82,30 @@ type Group struct {
 	// servers are the ChainServers not yet gone: in service, or retired
 	// with connections left. Guarded by mu.
 	servers map[*ChainServer]struct{}
-	// wg counts the drain goroutines; Close waits for it.
+	// wg counts the drain goroutines and the servers' Serve goroutines;
+	// Close waits for it.
 	wg sync.WaitGroup
+	// idle counts the idle servers of every chain server, up to
+	// maxIdleGroup.
+	idle atomic.Int32
 }
+
+// maxIdle bounds the idle servers kept by one chain server for its next
+// connections, and maxIdleGroup those of a listener: enough for a burst of
+// short connections, little memory (a grpc.Server and a parked goroutine
+// each) when a Listener has thousands of chains.
+const (
+	maxIdle      = 4
+	maxIdleGroup = 64
+)
 
 // NewGroup returns an empty Group; it starts the reaper goroutine, which
 // Close stops.
 func NewGroup(o Options) *Group {
 	o.Clock = clock.Or(o.Clock)
+	if o.Addr == nil {
+		o.Addr = &net.TCPAddr{}
+	}
 	if o.Rand == nil {
 		o.Rand = rand.N[time.Duration]
 	}
@@ -227,6 +252,9 @@ type ChainServer struct {
 	// conns are the connections not yet closed, draining or not. Guarded by
 	// mu.
 	conns map[*Conn]struct{}
+	// idle are servers whose connection closed on its own, waiting for the
+	// chain's next connection. Guarded by mu.
+	idle []*Server
 }
 
 // Chain returns the filter chain.
@@ -235,23 +263,80 @@ func (cs *ChainServer) Chain() *filterchain.FilterChain { return cs.chain }
 // Routes returns where the chain's RPCs find their routes.
 func (cs *ChainServer) Routes() *rpcpath.Source { return cs.routes }
 
-// NewServer returns a grpc.Server for one connection of the chain: the
-// user's options, the chain's tap handle (the connection's own when the
-// chain's filters keep per-connection state) and interceptors, and the
-// registered services. It takes no lock; hand the server to Add.
-func (cs *ChainServer) NewServer() *grpc.Server {
-	srv := grpc.NewServer(cs.rpc.ConnOptions(cs.grpcOpts)...)
-	for _, s := range cs.g.opts.Services {
-		srv.RegisterService(s.Desc, s.Impl)
+// Server is a grpc.Server of a chain, serving one connection at a time, and
+// the listener it takes them from.
+type Server struct {
+	srv      *grpc.Server     // immutable
+	lis      *handoffListener // immutable
+	reusable bool             // immutable; false when the options are the connection's own
+}
+
+// Stop stops the server (and closes its connection if it has one).
+func (s *Server) Stop() { s.srv.Stop() }
+
+// NewServer returns a server for one connection of the chain: an idle one
+// when there is one, else a new grpc.Server with the user's options, the
+// chain's tap handle (the connection's own when the chain's filters keep
+// per-connection state) and interceptors, and the registered services,
+// serving on a goroutine of the Group. Hand it to Add.
+func (cs *ChainServer) NewServer() *Server {
+	cs.mu.Lock()
+	if n := len(cs.idle); n > 0 {
+		s := cs.idle[n-1]
+		cs.idle[n-1] = nil
+		cs.idle = cs.idle[:n-1]
+		cs.mu.Unlock()
+		cs.g.idle.Add(-1)
+		return s
 	}
-	return srv
+	cs.mu.Unlock()
+	s := &Server{
+		srv:      grpc.NewServer(cs.rpc.ConnOptions(cs.grpcOpts)...),
+		lis:      newHandoffListener(cs.g.opts.Addr),
+		reusable: !cs.rpc.PerConn(),
+	}
+	for _, svc := range cs.g.opts.Services {
+		s.srv.RegisterService(svc.Desc, svc.Impl)
+	}
+	cs.g.wg.Add(1)
+	go func() {
+		defer cs.g.wg.Done()
+		// Serve returns once the server is stopped; its error says only
+		// that.
+		s.srv.Serve(s.lis)
+	}()
+	return s
+}
+
+// keepIdle keeps s, whose connection closed on its own, for the chain's
+// next connection, unless the chain left service, s is stopping, or
+// enough servers are idle; it reports whether it did. Called with cs.mu
+// held.
+func (cs *ChainServer) keepIdle(s *Server) bool {
+	if !s.reusable || cs.retired || len(cs.idle) >= maxIdle || s.lis.isClosed() || cs.g.closing.HasFired() {
+		return false
+	}
+	if cs.g.idle.Add(1) > maxIdleGroup {
+		cs.g.idle.Add(-1)
+		return false
+	}
+	cs.idle = append(cs.idle, s)
+	return true
+}
+
+// takeIdle removes and returns the idle servers. Called with cs.mu held.
+func (cs *ChainServer) takeIdle() []*Server {
+	idle := cs.idle
+	cs.idle = nil
+	cs.g.idle.Add(-int32(len(idle)))
+	return idle
 }
 
 // Add records c, from src to dst, served by srv (from NewServer), and
 // returns it, or nil, without taking c, when the chain server is retired.
 // The caller then calls Conn.Serve. Called with the listener's lock that
 // orders additions with configuration changes; it never blocks on I/O.
-func (cs *ChainServer) Add(c net.Conn, src, dst netip.AddrPort, srv *grpc.Server) *Conn {
+func (cs *ChainServer) Add(c net.Conn, src, dst netip.AddrPort, srv *Server) *Conn {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if cs.retired {
@@ -263,16 +348,18 @@ func (cs *ChainServer) Add(c net.Conn, src, dst netip.AddrPort, srv *grpc.Server
 	return tc
 }
 
-// connClosed forgets a closed connection and stops its server. Called by
-// the conn's first Close, which may be inside gRPC (even inside
-// grpc.Server.Stop), so the server is stopped on the reaper goroutine. The
-// reaper is scheduled under cs.mu, so that once Close has taken cs.mu after
-// draining cs, every server of a connection closed before is queued.
+// connClosed forgets a closed connection and keeps its server for the
+// next connection, or stops it. Called by the conn's first Close, which may
+// be inside gRPC (even inside grpc.Server.Stop, which closes the listener
+// first: such a server is not kept), so the server is stopped on the
+// reaper goroutine. The reaper is scheduled under cs.mu, so that once Close
+// has taken cs.mu after draining cs, every server of a connection closed
+// before is queued.
 func (cs *ChainServer) connClosed(tc *Conn) {
 	tc.startOnce.Do(func() { close(tc.started) })
 	cs.mu.Lock()
 	delete(cs.conns, tc)
-	if !tc.draining {
+	if !tc.draining && !cs.keepIdle(tc.srv) {
 		// A draining connection's server is stopped by its drain.
 		srv := tc.srv
 		cs.g.reaper.TrySchedule(func(context.Context) { srv.Stop() })
@@ -344,6 +431,9 @@ func (cs *ChainServer) Retire() {
 		conns = append(conns, c)
 	}
 	gone := len(cs.conns) == 0
+	for _, s := range cs.takeIdle() {
+		cs.g.reaper.TrySchedule(func(context.Context) { s.Stop() })
+	}
 	cs.mu.Unlock()
 	if gone {
 		cs.g.removeServer(cs)
@@ -386,7 +476,7 @@ func (cs *ChainServer) Drain(conns []*Conn) {
 // the drains in progress.
 func (cs *ChainServer) stopAll() {
 	cs.mu.Lock()
-	srvs := make([]*grpc.Server, 0, len(cs.conns))
+	srvs := cs.takeIdle()
 	for c := range cs.conns {
 		srvs = append(srvs, c.srv)
 	}
@@ -406,17 +496,14 @@ const maxStartWait = time.Second
 // goroutine had not started when GracefulStop was called, so a drain waits
 // for that point. grpc-go (1.85) sets the connection's deadline (for the
 // handshake) right after that check, which is the signal used; closing the
-// connection counts as well. A drain also waits until Serve has returned:
-// grpc.Server.Serve, once Stop or GracefulStop has begun, blocks until the
-// server is done, and Serve runs on the listener's accept goroutine, so a
-// GOAWAY sent before it returned would hold every new connection of the
-// listener until the drain ended. The embedded *conn keeps its methods
+// connection counts as well. A drain also waits until the connection was
+// handed to its server. The embedded *conn keeps its methods
 // (ReadOnReady, ...) visible to gRPC; ChainSecurity is what the credentials
 // read.
 type Conn struct {
 	*conn
 	cs      *ChainServer  // immutable
-	srv     *grpc.Server  // immutable
+	srv     *Server       // immutable
 	started chan struct{} // closed once gRPC serves the conn, or it closed
 	served  chan struct{} // closed once Serve has returned
 	// startOnce closes started.
@@ -454,12 +541,13 @@ func (c *Conn) HandshakeDeadline() time.Time {
 	return time.Time{}
 }
 
-// Serve hands c to its server. grpc.Server.Serve returns as soon as the
-// one-connection listener has given its connection (gRPC serves it on its
-// own goroutines), so this does not block.
+// Serve hands c to its server, whose Serve goroutine takes it at once (gRPC
+// then serves it on goroutines of its own), or closes c when the server was
+// stopped first.
 func (c *Conn) Serve() {
-	// The error only says that the one-connection listener is exhausted.
-	c.srv.Serve(&oneConnListener{c: c})
+	if !c.srv.lis.hand(c) {
+		c.Close()
+	}
 	close(c.served)
 }
 
@@ -478,11 +566,11 @@ func (c *Conn) drain(delay time.Duration, deadline bool) {
 		g.wait(g.graceful.Done(), delay)
 	}
 	if g.hardStop.HasFired() {
-		c.srv.Stop()
+		c.srv.srv.Stop()
 		return
 	}
 	if !deadline {
-		c.srv.GracefulStop()
+		c.srv.srv.GracefulStop()
 		return
 	}
 	c.cs.mu.Lock()
@@ -491,43 +579,73 @@ func (c *Conn) drain(delay time.Duration, deadline bool) {
 	stopped := make(chan struct{})
 	t := g.opts.Clock.AfterFunc(g.opts.DrainGrace, func() {
 		g.opts.Log.Infof("drain grace time (%v) over: closing connection %v of filter chain %q", g.opts.DrainGrace, c.Source(), c.cs.chain.Name)
-		c.srv.Stop()
+		c.srv.srv.Stop()
 		close(stopped)
 	})
-	c.srv.GracefulStop()
+	c.srv.srv.GracefulStop()
 	if !t.Stop() {
 		<-stopped // the timer's function has run or is running: wait for it
 	}
 }
 
-// errOneConnDone is what oneConnListener.Accept returns once its connection
-// was taken. It is not temporary, so grpc.Server.Serve returns.
-var errOneConnDone = errors.New("xds: connection handed over")
+// errListenerClosed is what handoffListener.Accept returns once the
+// listener is closed. It is not temporary, so grpc.Server.Serve returns.
+var errListenerClosed = errors.New("xds: server stopped")
 
-// oneConnListener is the listener of one connection's grpc.Server: Accept
-// returns the connection once, then fails, so Serve returns at once while
-// gRPC keeps serving the connection.
-type oneConnListener struct {
-	c     *Conn       // immutable; owned by gRPC once taken
-	taken atomic.Bool // set by the first Accept or Close
+// handoffListener is the listener of one grpc.Server of a chain: Accept
+// returns the connections handed to it, one at a time, until gRPC closes
+// it (Stop or GracefulStop).
+type handoffListener struct {
+	addr   net.Addr      // immutable
+	conns  chan *Conn    // unbuffered: a connection is handed only to a waiting Accept
+	closed chan struct{} // closed by the first Close
+	once   sync.Once
 }
 
-// Accept returns the connection the first time, errOneConnDone after.
-func (l *oneConnListener) Accept() (net.Conn, error) {
-	if l.taken.Swap(true) {
-		return nil, errOneConnDone
-	}
-	return l.c, nil
+func newHandoffListener(addr net.Addr) *handoffListener {
+	return &handoffListener{addr: addr, conns: make(chan *Conn), closed: make(chan struct{})}
 }
 
-// Close closes the connection if it was never taken (the server was
-// stopped before Serve), else does nothing: gRPC owns it.
-func (l *oneConnListener) Close() error {
-	if !l.taken.Swap(true) {
-		l.c.Close()
+// hand gives c to the server's Accept; false when the listener was closed
+// first (c is then not taken).
+func (l *handoffListener) hand(c *Conn) bool {
+	select {
+	case <-l.closed:
+		return false
+	default:
 	}
+	select {
+	case l.conns <- c:
+		return true
+	case <-l.closed:
+		return false
+	}
+}
+
+// Accept returns the next connection handed over, or an error once closed.
+func (l *handoffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.closed:
+		return nil, errListenerClosed
+	}
+}
+
+// Close makes Accept fail; the connections already taken are gRPC's.
+func (l *handoffListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
 	return nil
 }
 
-// Addr returns the connection's local address.
-func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }
+func (l *handoffListener) isClosed() bool {
+	select {
+	case <-l.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Addr returns the address of the xDS server's listener.
+func (l *handoffListener) Addr() net.Addr { return l.addr }

@@ -1,6 +1,7 @@
 package connserver
 
 import (
+	"net"
 	"net/netip"
 	"slices"
 	"testing"
@@ -234,20 +235,68 @@ func TestForceStop(t *testing.T) {
 	})
 }
 
-// TestReaper: the grpc.Server of a connection that closed on its own is
-// stopped, and the connection forgotten.
-func TestReaper(t *testing.T) {
+// TestReuse: the server of a connection that closed on its own serves the
+// chain's next connection; the idle servers are stopped when the chain
+// server is retired, and the connection forgotten.
+func TestReuse(t *testing.T) {
 	f := newFixture(t, Options{DrainGrace: time.Second})
 	c, cc := f.connect(peerA)
+	if err := f.result(f.startRPCReleased(cc)); err != nil {
+		t.Fatalf("RPC on the first connection: %v", err)
+	}
 	cc.Close()
 	f.waitFor("the closed connection to be forgotten", func() bool { return f.cs.Stats() == Stats{} })
-	f.close(true) // waits for the reaper
-	if err := c.srv.Serve(&oneConnListener{c: c}); err != grpc.ErrServerStopped {
-		t.Errorf("Serve() on the closed connection's server = %v, want %v (stopped by the reaper)", err, grpc.ErrServerStopped)
+	f.waitFor("its server to be idle", func() bool { return f.idle() == 1 })
+	c2, cc2 := f.connect(peerA)
+	if c2.srv != c.srv {
+		t.Error("the second connection has a new server, want the idle one")
+	}
+	if err := f.result(f.startRPCReleased(cc2)); err != nil {
+		t.Fatalf("RPC on the second connection, served by the reused server: %v", err)
+	}
+	if got := f.idle(); got != 0 {
+		t.Errorf("%d idle servers while the second connection is served, want 0", got)
+	}
+	cc2.Close()
+	f.waitFor("the server to be idle again", func() bool { return f.idle() == 1 })
+	f.cs.Retire()
+	if got := f.idle(); got != 0 {
+		t.Errorf("%d idle servers after Retire, want 0", got)
+	}
+	f.close(true) // waits for the reaper and every Serve goroutine
+	if err := c.srv.srv.Serve(newHandoffListener(&net.TCPAddr{})); err != grpc.ErrServerStopped {
+		t.Errorf("Serve() on the retired chain's idle server = %v, want %v (stopped)", err, grpc.ErrServerStopped)
 	}
 	if p := f.clk.Pending(); len(p) != 0 {
 		t.Errorf("timers pending: %v, want none", p)
 	}
+}
+
+// TestReuseBounded: at most maxIdle servers wait per chain; the server of
+// one more connection closing on its own is stopped by the reaper.
+func TestReuseBounded(t *testing.T) {
+	f := newFixture(t, Options{DrainGrace: time.Second})
+	var conns []*Conn
+	var ccs []*grpc.ClientConn
+	for range maxIdle + 1 {
+		c, cc := f.connect(peerA)
+		conns, ccs = append(conns, c), append(ccs, cc)
+	}
+	for _, cc := range ccs {
+		cc.Close()
+	}
+	f.waitFor("every connection to be forgotten", func() bool { return f.cs.Stats() == Stats{} })
+	f.waitFor("maxIdle idle servers", func() bool { return f.idle() == maxIdle })
+	// The reaper may not have run yet: wait for it.
+	f.waitFor("the extra server to be stopped", func() bool {
+		stopped := 0
+		for _, c := range conns {
+			if c.srv.lis.isClosed() {
+				stopped++
+			}
+		}
+		return stopped == 1
+	})
 }
 
 // TestRerouted: the live connections a new table sends to another chain

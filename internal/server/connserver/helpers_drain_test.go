@@ -173,6 +173,21 @@ func (f *fixture) startRPC(cc *grpc.ClientConn) <-chan error {
 	return errc
 }
 
+// startRPCReleased starts a Check on cc that returns as soon as it runs,
+// and returns the channel its result arrives on.
+func (f *fixture) startRPCReleased(cc *grpc.ClientConn) <-chan error {
+	f.t.Helper()
+	f.hold.releaseAll()
+	return f.startRPC(cc)
+}
+
+// idle returns the number of idle servers of the chain server.
+func (f *fixture) idle() int {
+	f.cs.mu.Lock()
+	defer f.cs.mu.Unlock()
+	return len(f.cs.idle)
+}
+
 // waitGoAway waits until cc leaves READY, which a GOAWAY from the server
 // makes it do while its RPCs in flight go on.
 func (f *fixture) waitGoAway(cc *grpc.ClientConn) {

@@ -81,6 +81,11 @@ func (c *Chain) ConnOptions(opts []grpc.ServerOption) []grpc.ServerOption {
 	return append(opts[:len(opts):len(opts)], grpc.InTapHandle(c.connHandle()))
 }
 
+// PerConn reports whether each connection's server needs options of its
+// own (ConnOptions adds a tap handle with per-connection state), so that a
+// server cannot serve another connection after the first.
+func (c *Chain) PerConn() bool { return c.needs.ConnState }
+
 // connHandle returns the tap handle of one new connection: the chain's
 // shared one, or one with a ConnState of its own.
 func (c *Chain) connHandle() tap.ServerInHandle {
