@@ -10,7 +10,7 @@
 // connection has closed on its own, the server waits, idle, for the next
 // connection of its chain (a few per chain, see maxIdle), so that a new
 // connection costs neither grpc.NewServer, the registration of every
-// service, Serve's setup nor Stop.
+// service, nor Stop.
 //
 // A Group is the per-listener owner: it holds the ChainServers (one per
 // filter chain in service, or still serving connections after it left
@@ -55,9 +55,6 @@ type Options struct {
 	DrainGrace, DrainJitter time.Duration
 	// Log is the listener's logger.
 	Log *serverlog.Logger
-	// Addr is the listener's address, the one each grpc.Server is told it
-	// serves on. Nil means the unspecified TCP address.
-	Addr net.Addr
 	// Clock times the drains (jitter delays, grace deadlines, the wait for
 	// gRPC to start serving a connection). Nil means clock.Real.
 	Clock clock.Clock
@@ -82,8 +79,7 @@ type Group struct {
 	// servers are the ChainServers not yet gone: in service, or retired
 	// with connections left. Guarded by mu.
 	servers map[*ChainServer]struct{}
-	// wg counts the drain goroutines and the servers' Serve goroutines;
-	// Close waits for it.
+	// wg counts the drain goroutines; Close waits for it.
 	wg sync.WaitGroup
 	// idle counts the idle servers of every chain server, up to
 	// maxIdleGroup.
@@ -91,21 +87,18 @@ type Group struct {
 }
 
 // maxIdle bounds the idle servers kept by one chain server for its next
-// connections, and maxIdleGroup those of a listener: enough for a burst of
-// short connections, little memory (a grpc.Server and a parked goroutine
-// each) when a Listener has thousands of chains.
+// connections, and maxIdleGroup those of a listener: enough for bursts of
+// short connections on each of many chains, little memory (an idle
+// grpc.Server is about 3 KiB, and has no goroutine).
 const (
 	maxIdle      = 4
-	maxIdleGroup = 64
+	maxIdleGroup = 1024
 )
 
 // NewGroup returns an empty Group; it starts the reaper goroutine, which
 // Close stops.
 func NewGroup(o Options) *Group {
 	o.Clock = clock.Or(o.Clock)
-	if o.Addr == nil {
-		o.Addr = &net.TCPAddr{}
-	}
 	if o.Rand == nil {
 		o.Rand = rand.N[time.Duration]
 	}
@@ -263,12 +256,10 @@ func (cs *ChainServer) Chain() *filterchain.FilterChain { return cs.chain }
 // Routes returns where the chain's RPCs find their routes.
 func (cs *ChainServer) Routes() *rpcpath.Source { return cs.routes }
 
-// Server is a grpc.Server of a chain, serving one connection at a time, and
-// the listener it takes them from.
+// Server is a grpc.Server of a chain, serving one connection at a time.
 type Server struct {
-	srv      *grpc.Server     // immutable
-	lis      *handoffListener // immutable
-	reusable bool             // immutable; false when the options are the connection's own
+	srv      *grpc.Server // immutable
+	reusable bool         // immutable; false when the options are the connection's own
 }
 
 // Stop stops the server (and closes its connection if it has one).
@@ -277,8 +268,8 @@ func (s *Server) Stop() { s.srv.Stop() }
 // NewServer returns a server for one connection of the chain: an idle one
 // when there is one, else a new grpc.Server with the user's options, the
 // chain's tap handle (the connection's own when the chain's filters keep
-// per-connection state) and interceptors, and the registered services,
-// serving on a goroutine of the Group. Hand it to Add.
+// per-connection state) and interceptors, and the registered services.
+// Hand it to Add.
 func (cs *ChainServer) NewServer() *Server {
 	cs.mu.Lock()
 	if n := len(cs.idle); n > 0 {
@@ -290,30 +281,20 @@ func (cs *ChainServer) NewServer() *Server {
 		return s
 	}
 	cs.mu.Unlock()
-	s := &Server{
-		srv:      grpc.NewServer(cs.rpc.ConnOptions(cs.grpcOpts)...),
-		lis:      newHandoffListener(cs.g.opts.Addr),
-		reusable: !cs.rpc.PerConn(),
-	}
+	s := &Server{srv: grpc.NewServer(cs.rpc.ConnOptions(cs.grpcOpts)...), reusable: !cs.rpc.PerConn()}
 	for _, svc := range cs.g.opts.Services {
 		s.srv.RegisterService(svc.Desc, svc.Impl)
 	}
-	cs.g.wg.Add(1)
-	go func() {
-		defer cs.g.wg.Done()
-		// Serve returns once the server is stopped; its error says only
-		// that.
-		s.srv.Serve(s.lis)
-	}()
 	return s
 }
 
 // keepIdle keeps s, whose connection closed on its own, for the chain's
-// next connection, unless the chain left service, s is stopping, or
-// enough servers are idle; it reports whether it did. Called with cs.mu
-// held.
+// next connection, unless the chain left service, the listener is closing
+// (a hard close stops the servers of connections that are not draining:
+// s may be stopping), or enough servers are idle; it reports whether it
+// did. Called with cs.mu held.
 func (cs *ChainServer) keepIdle(s *Server) bool {
-	if !s.reusable || cs.retired || len(cs.idle) >= maxIdle || s.lis.isClosed() || cs.g.closing.HasFired() {
+	if !s.reusable || cs.retired || len(cs.idle) >= maxIdle || cs.g.closing.HasFired() || cs.g.hardStop.HasFired() {
 		return false
 	}
 	if cs.g.idle.Add(1) > maxIdleGroup {
@@ -541,13 +522,14 @@ func (c *Conn) HandshakeDeadline() time.Time {
 	return time.Time{}
 }
 
-// Serve hands c to its server, whose Serve goroutine takes it at once (gRPC
-// then serves it on goroutines of its own), or closes c when the server was
-// stopped first.
+// Serve hands c to its server. grpc.Server.Serve returns as soon as the
+// one-connection listener has given its connection (gRPC serves it on its
+// own goroutines), so this does not block; a server may be handed one
+// connection after another this way.
 func (c *Conn) Serve() {
-	if !c.srv.lis.hand(c) {
-		c.Close()
-	}
+	// The error only says that the one-connection listener is exhausted,
+	// or that the server was stopped (the listener then closes c).
+	c.srv.srv.Serve(&oneConnListener{c: c})
 	close(c.served)
 }
 
@@ -588,64 +570,34 @@ func (c *Conn) drain(delay time.Duration, deadline bool) {
 	}
 }
 
-// errListenerClosed is what handoffListener.Accept returns once the
-// listener is closed. It is not temporary, so grpc.Server.Serve returns.
-var errListenerClosed = errors.New("xds: server stopped")
+// errOneConnDone is what oneConnListener.Accept returns once its connection
+// was taken. It is not temporary, so grpc.Server.Serve returns.
+var errOneConnDone = errors.New("xds: connection handed over")
 
-// handoffListener is the listener of one grpc.Server of a chain: Accept
-// returns the connections handed to it, one at a time, until gRPC closes
-// it (Stop or GracefulStop).
-type handoffListener struct {
-	addr   net.Addr      // immutable
-	conns  chan *Conn    // unbuffered: a connection is handed only to a waiting Accept
-	closed chan struct{} // closed by the first Close
-	once   sync.Once
+// oneConnListener is what a connection's server serves it from: Accept
+// returns the connection once, then fails, so Serve returns at once while
+// gRPC keeps serving the connection.
+type oneConnListener struct {
+	c     *Conn       // immutable; owned by gRPC once taken
+	taken atomic.Bool // set by the first Accept or Close
 }
 
-func newHandoffListener(addr net.Addr) *handoffListener {
-	return &handoffListener{addr: addr, conns: make(chan *Conn), closed: make(chan struct{})}
-}
-
-// hand gives c to the server's Accept; false when the listener was closed
-// first (c is then not taken).
-func (l *handoffListener) hand(c *Conn) bool {
-	select {
-	case <-l.closed:
-		return false
-	default:
+// Accept returns the connection the first time, errOneConnDone after.
+func (l *oneConnListener) Accept() (net.Conn, error) {
+	if l.taken.Swap(true) {
+		return nil, errOneConnDone
 	}
-	select {
-	case l.conns <- c:
-		return true
-	case <-l.closed:
-		return false
-	}
+	return l.c, nil
 }
 
-// Accept returns the next connection handed over, or an error once closed.
-func (l *handoffListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.closed:
-		return nil, errListenerClosed
+// Close closes the connection if it was never taken (the server was
+// stopped before Serve), else does nothing: gRPC owns it.
+func (l *oneConnListener) Close() error {
+	if !l.taken.Swap(true) {
+		l.c.Close()
 	}
-}
-
-// Close makes Accept fail; the connections already taken are gRPC's.
-func (l *handoffListener) Close() error {
-	l.once.Do(func() { close(l.closed) })
 	return nil
 }
 
-func (l *handoffListener) isClosed() bool {
-	select {
-	case <-l.closed:
-		return true
-	default:
-		return false
-	}
-}
-
-// Addr returns the address of the xDS server's listener.
-func (l *handoffListener) Addr() net.Addr { return l.addr }
+// Addr returns the connection's local address.
+func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }

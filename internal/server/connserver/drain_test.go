@@ -1,7 +1,6 @@
 package connserver
 
 import (
-	"net"
 	"net/netip"
 	"slices"
 	"testing"
@@ -264,7 +263,7 @@ func TestReuse(t *testing.T) {
 		t.Errorf("%d idle servers after Retire, want 0", got)
 	}
 	f.close(true) // waits for the reaper and every Serve goroutine
-	if err := c.srv.srv.Serve(newHandoffListener(&net.TCPAddr{})); err != grpc.ErrServerStopped {
+	if err := c.srv.srv.Serve(&oneConnListener{c: c}); err != grpc.ErrServerStopped {
 		t.Errorf("Serve() on the retired chain's idle server = %v, want %v (stopped)", err, grpc.ErrServerStopped)
 	}
 	if p := f.clk.Pending(); len(p) != 0 {
@@ -287,16 +286,22 @@ func TestReuseBounded(t *testing.T) {
 	}
 	f.waitFor("every connection to be forgotten", func() bool { return f.cs.Stats() == Stats{} })
 	f.waitFor("maxIdle idle servers", func() bool { return f.idle() == maxIdle })
-	// The reaper may not have run yet: wait for it.
-	f.waitFor("the extra server to be stopped", func() bool {
-		stopped := 0
-		for _, c := range conns {
-			if c.srv.lis.isClosed() {
-				stopped++
-			}
+	// The one not kept is stopped by the reaper: serving on it fails.
+	idle := map[*Server]bool{}
+	f.cs.mu.Lock()
+	for _, s := range f.cs.idle {
+		idle[s] = true
+	}
+	f.cs.mu.Unlock()
+	for _, c := range conns {
+		if idle[c.srv] {
+			continue
 		}
-		return stopped == 1
-	})
+		f.close(true) // waits for the reaper
+		if err := c.srv.srv.Serve(&oneConnListener{c: c}); err != grpc.ErrServerStopped {
+			t.Errorf("Serve() on the server not kept = %v, want %v (stopped)", err, grpc.ErrServerStopped)
+		}
+	}
 }
 
 // TestRerouted: the live connections a new table sends to another chain

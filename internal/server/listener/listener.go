@@ -154,7 +154,6 @@ func New(p Params) *Listener {
 	l.hsLog = security.NewHandshakeLog(l.log, p.Metrics)
 	l.obs = &rpcpath.ListenerShared{Metrics: p.Metrics, Counts: &rpcpath.Counts{}}
 	p.Conns.Log = l.log
-	p.Conns.Addr = p.Lis.Addr()
 	l.conns = connserver.NewGroup(p.Conns)
 	l.rds = rds.New(rds.Params{
 		Client:         p.Client,
