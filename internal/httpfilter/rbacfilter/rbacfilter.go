@@ -31,7 +31,7 @@ const configName = "envoy.extensions.filters.http.rbac.v3.RBAC"
 
 // Type URLs of the filter's configs.
 const (
-	ConfigTypeURL   = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC"
+	ConfigTypeURL   = "type.googleapis.com/" + configName
 	OverrideTypeURL = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBACPerRoute"
 )
 

@@ -331,9 +331,9 @@ func (cs *ChainServer) Add(c net.Conn, src, dst netip.AddrPort, srv *Server) *Co
 
 // connClosed forgets a closed connection and keeps its server for the
 // next connection, or stops it. Called by the conn's first Close, which may
-// be inside gRPC (even inside grpc.Server.Stop, which closes the listener
-// first: such a server is not kept), so the server is stopped on the
-// reaper goroutine. The reaper is scheduled under cs.mu, so that once Close
+// be inside gRPC (even inside grpc.Server.Stop, which only a closing
+// listener calls on a server whose connection is not draining: keepIdle
+// keeps none then), so the server is stopped on the reaper goroutine. The reaper is scheduled under cs.mu, so that once Close
 // has taken cs.mu after draining cs, every server of a connection closed
 // before is queued.
 func (cs *ChainServer) connClosed(tc *Conn) {
@@ -477,8 +477,11 @@ const maxStartWait = time.Second
 // goroutine had not started when GracefulStop was called, so a drain waits
 // for that point. grpc-go (1.85) sets the connection's deadline (for the
 // handshake) right after that check, which is the signal used; closing the
-// connection counts as well. A drain also waits until the connection was
-// handed to its server. The embedded *conn keeps its methods
+// connection counts as well. A drain also waits until Serve has returned:
+// grpc.Server.Serve, once Stop or GracefulStop has begun, blocks until the
+// server is done, and Serve runs on the listener's accept goroutine, so a
+// GOAWAY sent before it returned would hold every new connection of the
+// listener until the drain ended. The embedded *conn keeps its methods
 // (ReadOnReady, ...) visible to gRPC; ChainSecurity is what the credentials
 // read.
 type Conn struct {

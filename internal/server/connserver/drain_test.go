@@ -262,7 +262,7 @@ func TestReuse(t *testing.T) {
 	if got := f.idle(); got != 0 {
 		t.Errorf("%d idle servers after Retire, want 0", got)
 	}
-	f.close(true) // waits for the reaper and every Serve goroutine
+	f.close(true) // waits for the reaper
 	if err := c.srv.srv.Serve(&oneConnListener{c: c}); err != grpc.ErrServerStopped {
 		t.Errorf("Serve() on the retired chain's idle server = %v, want %v (stopped)", err, grpc.ErrServerStopped)
 	}
