@@ -19,7 +19,10 @@
 // the RPCs of one connection (ConnState). A step must not block; work that
 // may block or needs the RPC's stream (a delay, an asynchronous check, a
 // trailer on a refused RPC) is left for after the tap with WithAfter, and
-// runs on the RPC's own goroutine before the user's interceptors.
+// runs on the RPC's own goroutine before the user's interceptors. The steps
+// after such a step wait for its work and run after it (see After): every
+// step, built in or registered here, decides only on RPCs the steps before
+// it let through, on the request as they left it.
 //
 // Every type here is this package's own: a filter is written against this
 // package alone, and the server's framework uses these same types for its

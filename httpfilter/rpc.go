@@ -57,27 +57,37 @@ type Step interface {
 	// Run runs for every RPC on the route, in filter order, after the
 	// route was matched and before the route's action is checked. It runs
 	// in gRPC's tap handle, before the method is looked up and before any
-	// interceptor, with a transport lock held: it must be fast and must
-	// not block. It may return a derived context, for example one carrying
-	// work for after the tap (WithAfter). A non-nil error fails the RPC
-	// and stops the filter chain: a gRPC status error keeps its code, any
-	// other error fails the RPC with PERMISSION_DENIED.
+	// interceptor, with a transport lock held; or, when a step before it
+	// on the route left work for after the tap (WithAfter), on the RPC's
+	// own goroutine once that work let the RPC through, seeing the request
+	// headers as that work changed them. Either way it must be fast and
+	// must not block. It may return a derived context, for example one
+	// carrying work for after the tap (WithAfter). A non-nil error fails
+	// the RPC and stops the filter chain: a gRPC status error keeps its
+	// code, any other error fails the RPC with PERMISSION_DENIED.
 	Run(ctx context.Context, rpc RPC) (context.Context, error)
 }
 
 // After is work a Step leaves for after the tap handle, because it may
 // block (a delay, a call to an authorization service) or needs what the
 // tap cannot give (trailing metadata on a refused RPC). A step returns
-// WithAfter(ctx, a) from Run; once gRPC has dispatched the RPC to its own
-// goroutine, the server runs a, before the user's interceptors (those
-// given with grpc.ChainUnaryInterceptor or grpc.ChainStreamInterceptor; a
-// single grpc.UnaryInterceptor or grpc.StreamInterceptor always runs
-// first) and before the handler. The filter must report Needs.After, or
+// WithAfter(ctx, a) from Run; the filter must report Needs.After, or
 // nothing runs a.
 //
-// Deferred work runs only for RPCs that every step let through and that
-// gRPC dispatches: an RPC a later step refuses, or whose method the server
-// does not have (UNIMPLEMENTED), ends without it.
+// The steps of an RPC run as one sequence, in http_filters order, and a
+// step that leaves work holds back every step after it: once gRPC has
+// dispatched the RPC to its own goroutine, the server runs a, then, if a
+// let the RPC through, the remaining steps (each seeing the request as the
+// work before it changed it; work they leave runs at once), then the
+// route's action check, all before the user's interceptors (those given
+// with grpc.ChainUnaryInterceptor or grpc.ChainStreamInterceptor; a single
+// grpc.UnaryInterceptor or grpc.StreamInterceptor always runs first) and
+// the handler. So a step never decides on an RPC that an earlier step's
+// work would refuse, and never on headers that work is about to change.
+//
+// Deferred work runs only for RPCs that gRPC dispatches: an RPC whose
+// method the server does not have (UNIMPLEMENTED) ends without it, and so
+// without the steps after it.
 type After interface {
 	// RunAfter runs on the RPC's goroutine, with the RPC's context: it may
 	// block, and must return when ctx is done (deadline or cancellation).
@@ -96,32 +106,11 @@ type After interface {
 var ErrSkipHandler = errors.New("httpfilter: end the RPC with status OK without calling the handler")
 
 // WithAfter returns a context carrying a, to be run after the tap handle
-// (see After). Several steps of one RPC may each add work; it runs in the
-// order it was added, and the first error ends it.
+// (see After). A step may leave several pieces of work; they run in the
+// order they were added, and the first error ends the RPC.
 func WithAfter(ctx context.Context, a After) context.Context {
-	if prev, ok := ctx.Value(handoff.AfterKey{}).(After); ok {
-		a = afterPair{first: prev, then: a}
-	}
-	return context.WithValue(ctx, handoff.AfterKey{}, a)
-}
-
-// afterPair runs first, then then.
-type afterPair struct{ first, then After }
-
-func (p afterPair) RunAfter(ctx context.Context) error {
-	_, err := p.RunAfterContext(ctx)
-	return err
-}
-
-// RunAfterContext runs first, then then with the context first returned,
-// for the server's filters whose work changes the context the handler
-// sees (handoff.ContextAfter).
-func (p afterPair) RunAfterContext(ctx context.Context) (context.Context, error) {
-	ctx, err := handoff.RunAfter(ctx, p.first)
-	if err != nil {
-		return ctx, err
-	}
-	return handoff.RunAfter(ctx, p.then)
+	prev, _ := ctx.Value(handoff.AfterKey{}).(*handoff.Deferred)
+	return context.WithValue(ctx, handoff.AfterKey{}, &handoff.Deferred{Work: a, Prev: prev})
 }
 
 // maxConnEntries bounds the entries of a ConnState: a connection outliving

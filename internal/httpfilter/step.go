@@ -38,8 +38,29 @@ var ErrSkipHandler = httpfilter.ErrSkipHandler
 // (httpfilter.WithAfter).
 func WithAfter(ctx context.Context, a After) context.Context { return httpfilter.WithAfter(ctx, a) }
 
-// AfterOf returns the work the steps left in ctx, or nil.
+// AfterOf returns the work the steps left in ctx, all of it in the order
+// it was added, or nil. The server's pipeline (internal/server/rpcpath)
+// runs work step by step instead; this is for a filter's own tests.
 func AfterOf(ctx context.Context) After {
-	a, _ := ctx.Value(handoff.AfterKey{}).(After)
-	return a
+	d := handoff.DeferredOf(ctx)
+	switch {
+	case d == nil:
+		return nil
+	case d.Prev == nil:
+		return d.Work
+	}
+	return deferredChain{d}
+}
+
+// deferredChain runs a chain of work, oldest first.
+type deferredChain struct{ head *handoff.Deferred }
+
+func (c deferredChain) RunAfter(ctx context.Context) error {
+	_, err := handoff.RunSince(ctx, c.head, nil)
+	return err
+}
+
+// RunAfterContext implements ContextAfter.
+func (c deferredChain) RunAfterContext(ctx context.Context) (context.Context, error) {
+	return handoff.RunSince(ctx, c.head, nil)
 }

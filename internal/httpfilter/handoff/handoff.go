@@ -11,8 +11,45 @@ import (
 )
 
 // AfterKey is the context key under which httpfilter.WithAfter stores the
-// work to run after the tap.
+// work to run after the tap: the newest *Deferred.
 type AfterKey struct{}
+
+// Work is what a step leaves for after the tap (httpfilter.After).
+type Work = interface{ RunAfter(context.Context) error }
+
+// Deferred is one piece of work a step left in a context, linked to the
+// work left before it in the same context (nil for the first). A new one
+// is made by every httpfilter.WithAfter, so the server tells whether a
+// step left work by comparing the pointer before and after the step.
+type Deferred struct {
+	Work Work
+	Prev *Deferred
+}
+
+// DeferredOf returns the newest work left in ctx, or nil. It does not
+// allocate.
+func DeferredOf(ctx context.Context) *Deferred {
+	d, _ := ctx.Value(AfterKey{}).(*Deferred)
+	return d
+}
+
+// RunSince runs the work left after since, up to and including head,
+// oldest first, each with the context the previous one returned
+// (RunAfter); the first error ends it. since must be head or one of its
+// predecessors (nil: all of head's chain).
+func RunSince(ctx context.Context, head, since *Deferred) (context.Context, error) {
+	var todo []Work
+	for d := head; d != since && d != nil; d = d.Prev {
+		todo = append(todo, d.Work)
+	}
+	for i := len(todo) - 1; i >= 0; i-- {
+		var err error
+		if ctx, err = RunAfter(ctx, todo[i]); err != nil {
+			return ctx, err
+		}
+	}
+	return ctx, nil
+}
 
 var (
 	mu    sync.RWMutex

@@ -35,6 +35,7 @@ func NewChain(name string, hcm *filterchain.HTTPConnectionManager, src *Source) 
 	if hcm != nil {
 		c.needs = httpfilter.NeedsOf(hcm.Filters)
 		c.localID = httpfilter.UsesLocalIdentity(hcm.Filters)
+		c.tap.defers = c.needs.After
 	}
 	return c
 }
@@ -92,17 +93,18 @@ func (c *Chain) connHandle() tap.ServerInHandle {
 	if !c.needs.ConnState {
 		return c.tap.handle
 	}
-	t := &tapper{chain: c.tap.chain, src: c.tap.src, localID: c.tap.localID, conn: &httpfilter.ConnState{}}
+	t := &tapper{chain: c.tap.chain, src: c.tap.src, localID: c.tap.localID, defers: c.tap.defers, conn: &httpfilter.ConnState{}}
 	return t.handle
 }
 
-// unaryAfter runs the work the tap's steps left in ctx, then the rest of
-// the chain (the user's interceptors and the handler) unless that work
-// ended the RPC.
+// unaryAfter runs the rest of the RPC's filter sequence that the tap left
+// (pipeline.go: the work a step left, the steps after it, the action
+// check), then the rest of the chain (the user's interceptors and the
+// handler) unless the sequence ended the RPC.
 func unaryAfter(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if a := httpfilter.AfterOf(ctx); a != nil {
+	if r := resumeOf(ctx); r != nil {
 		var err error
-		if ctx, err = httpfilter.RunAfter(ctx, a); err != nil {
+		if ctx, err = r.run(ctx); err != nil {
 			if errors.Is(err, httpfilter.ErrSkipHandler) {
 				return nil, nil
 			}
@@ -114,8 +116,8 @@ func unaryAfter(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler g
 
 // streamAfter is unaryAfter for streaming RPCs.
 func streamAfter(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if a := httpfilter.AfterOf(ss.Context()); a != nil {
-		ctx, err := httpfilter.RunAfter(ss.Context(), a)
+	if r := resumeOf(ss.Context()); r != nil {
+		ctx, err := r.run(ss.Context())
 		if err != nil {
 			if errors.Is(err, httpfilter.ErrSkipHandler) {
 				return nil

@@ -55,6 +55,9 @@ type tapper struct {
 	// localID returns the chain's identity certificate, for the filters
 	// that read it (httpfilter.LocalIdentityUser); nil when none does.
 	localID func() *x509.Certificate
+	// defers: a filter of the chain may leave work for after the tap
+	// (httpfilter.Needs.After), which holds back the steps after it.
+	defers bool
 }
 
 func (t *tapper) handle(ctx context.Context, info *tap.Info) (context.Context, error) {
@@ -82,28 +85,31 @@ func (t *tapper) handle(ctx context.Context, info *tap.Info) (context.Context, e
 		return ctx, status.Errorf(codes.Unavailable, "xds: RouteConfiguration %q has no virtual host and route matching authority %q and method %q", rt.router.Name(), authority, info.FullMethodName)
 	}
 	// 4. The chain's HTTP filters (gRFC A39), their configs merged with the
-	// route's overrides when the routes were applied, in order, before the
-	// action check (gRFC A36). The router is the last filter; its work is
-	// the route match above and the action check below.
-	if steps := rt.stepsOf(route); len(steps) > 0 {
-		rpc := rpcInfo(ctx, info, authority)
-		rpc.Conn = t.conn
-		if t.localID != nil {
-			ctx = httpfilter.WithLocalIdentity(ctx, t.localID)
-		}
-		for _, s := range steps {
-			var err error
-			if ctx, err = s.Run(ctx, rpc); err != nil {
-				return ctx, err
-			}
-		}
+	// route's overrides when the routes were applied, in order, then (5.)
+	// the action check (gRFC A36): one sequence, which moves to the RPC's
+	// goroutine at the first step that leaves work for after the tap
+	// (pipeline.go). The router is the last filter; its work is the route
+	// match above and the action check.
+	steps := rt.stepsOf(route)
+	if len(steps) == 0 {
+		return ctx, actionCheck(rt, route)
 	}
-	// 5. gRFC A36: a route of another action fails the RPCs that reach the
-	// end of the filter chain.
-	if route.Action != routing.ActionNonForwarding {
-		return ctx, status.Errorf(codes.Unavailable, "xds: RouteConfiguration %q, virtual host %q, route %d %q: action is %v, not non_forwarding_action", rt.router.Name(), route.VirtualHost, route.Index, route.Name, route.Action)
+	rpc := rpcInfo(ctx, info, authority)
+	rpc.Conn = t.conn
+	if t.localID != nil {
+		ctx = httpfilter.WithLocalIdentity(ctx, t.localID)
 	}
-	return ctx, nil
+	return runSteps(ctx, rpc, steps, t.defers, rt, route)
+}
+
+// actionCheck is the end of an RPC's filter sequence (gRFC A36): a route
+// whose action is not non_forwarding_action fails the RPCs that reach it
+// with UNAVAILABLE.
+func actionCheck(rt *Routes, route *routing.Route) error {
+	if route.Action == routing.ActionNonForwarding {
+		return nil
+	}
+	return status.Errorf(codes.Unavailable, "xds: RouteConfiguration %q, virtual host %q, route %d %q: action is %v, not non_forwarding_action", rt.router.Name(), route.VirtualHost, route.Index, route.Name, route.Action)
 }
 
 // wellFormedMethod reports whether m is "/service/method", as gRPC's
