@@ -303,6 +303,10 @@ func badInputCases() []badCase {
 		{name: "ext_authz initial_metadata upper case", mutate: withExtAuthz(func(c *extauthzpb.ExtAuthz) {
 			c.GetGrpcService().InitialMetadata = []*corepb.HeaderValue{{Key: "X-Tenant", Value: "a"}}
 		}), want: []string{"authz", "initial_metadata[0]", "X-Tenant"}},
+		// gRFC A102: raw_value, when set, is the value, and is checked as one.
+		{name: "ext_authz initial_metadata raw_value with a control byte", mutate: withExtAuthz(func(c *extauthzpb.ExtAuthz) {
+			c.GetGrpcService().InitialMetadata = []*corepb.HeaderValue{{Key: "x-tenant", Value: "a", RawValue: []byte("a\x00b")}}
+		}), want: []string{"authz", "initial_metadata[0]", "x-tenant", "printable"}},
 		{name: "ext_authz filter_enabled without default_value", mutate: withExtAuthz(func(c *extauthzpb.ExtAuthz) {
 			c.FilterEnabled = &corepb.RuntimeFractionalPercent{RuntimeKey: "k"}
 		}), want: []string{"authz", "filter_enabled.default_value"}},

@@ -167,24 +167,35 @@ func checkTarget(t string) error {
 
 // HeaderValue validates a HeaderValue of initial_metadata or of a header
 // mutation (gRFC A102): a lower-case gRPC header name, not reserved, and a
-// value; for a "-bin" key, raw_value when set.
+// value. The value is raw_value when it is set ("the raw_value field will
+// always be used"), else value, which Envoy-era servers such as OPA send;
+// a value that is not binary ("-bin") must be printable ASCII.
 func HeaderValue(hv *corepb.HeaderValue) (key, value string, err error) {
 	key = hv.GetKey()
 	if err := CheckHeaderName(key); err != nil {
 		return "", "", err
 	}
 	value = hv.GetValue()
-	if strings.HasSuffix(key, "-bin") {
-		if raw := hv.GetRawValue(); len(raw) > 0 {
-			value = string(raw)
+	if raw := hv.GetRawValue(); len(raw) > 0 {
+		value = string(raw)
+	}
+	if !strings.HasSuffix(key, "-bin") {
+		if err := checkHeaderValue(value); err != nil {
+			return "", "", fmt.Errorf("header %q: %w", key, err)
 		}
-	} else if err := checkHeaderValue(value); err != nil {
-		return "", "", fmt.Errorf("header %q: %w", key, err)
 	}
 	if len(value) >= maxHeaderBytes {
 		return "", "", fmt.Errorf("header %q: value of %d bytes, want less than %d", key, len(value), maxHeaderBytes)
 	}
 	return key, value, nil
+}
+
+// Reserved reports whether key is a header no side channel may change,
+// whatever the configuration says (gRFC A92: ":scheme", ":method",
+// ":path", ":authority" and "host"; gRPC's own "grpc-" headers): a
+// mutation of one is ignored, not an error.
+func Reserved(key string) bool {
+	return strings.HasPrefix(key, ":") || key == "host" || strings.HasPrefix(key, "grpc-")
 }
 
 // CheckHeaderName reports why key cannot be a header gRPC sends or that a

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -63,52 +64,102 @@ func (c *check) RunAfterContext(ctx context.Context) (context.Context, error) {
 		}
 		return s.failed(ctx, fmt.Errorf("Check to %q: %w", cfg.service.Target, err))
 	}
-	if resp.GetStatus().GetCode() == int32(codes.OK) {
-		return c.allow(ctx, md, resp.GetOkResponse())
+	// What the answer says. A denial is a denial whatever else it holds;
+	// an answer that says nothing, or contradicts itself, is no answer
+	// (failure_mode_allow decides), never an allow.
+	st := resp.GetStatus()
+	if st == nil {
+		return s.failed(ctx, errors.New("the answer has no status (an answer that says nothing is not an allow)"))
 	}
-	return c.deny(ctx, resp)
+	if st.GetCode() != int32(codes.OK) {
+		return c.deny(ctx, resp)
+	}
+	switch r := resp.GetHttpResponse().(type) {
+	case nil:
+		return c.allow(ctx, md, nil)
+	case *authpb.CheckResponse_OkResponse:
+		return c.allow(ctx, md, r.OkResponse)
+	}
+	return s.failed(ctx, errors.New("the answer's status is OK but it carries a denied_response"))
 }
 
-// allow applies an OK answer: the request header mutations (additions,
-// then removals, as Envoy applies them), then the response headers. An
-// invalid mutation fails the check, and nothing of it is applied.
+// allow applies an OK answer (gRFC A92 with Envoy's rules): the request
+// header mutations (headers, then headers_to_remove) and the response
+// headers to add. The whole answer is judged before anything is applied:
+// a mutation that is invalid (gRFC A92 rejects invalid mutations
+// unconditionally, as Envoy's validate_mutations) or that the rules
+// refuse under disallow_is_error fails the RPC with status_on_error's code
+// (as C-core; Envoy answers 500), never through failure_mode_allow, so the
+// handler never sees a client's header the server meant to overwrite. A
+// mutation of a reserved header (pseudo-headers, host, grpc-*) or one the
+// rules disallow is ignored; the rest is applied.
 func (c *check) allow(ctx context.Context, md metadata.MD, ok *authpb.OkHttpResponse) (context.Context, error) {
 	s, rules := c.step, &c.step.cfg.rules
-	if md == nil {
-		md = metadata.MD{}
+	type set struct {
+		key, value string
+		action     corepb.HeaderValueOption_HeaderAppendAction
 	}
-	changed := false
+	var sets []set
 	for i, h := range ok.GetHeaders() {
-		applied, err := add(rules, md, h)
-		if err != nil {
-			return s.failed(ctx, fmt.Errorf("ok_response.headers[%d]: %w", i, err))
+		key, value, action, keep, err := option(h)
+		if err == nil && keep {
+			keep, err = rules.judge(key)
 		}
-		changed = changed || applied
+		if err != nil {
+			return s.rejected(ctx, fmt.Errorf("ok_response.headers[%d]: %w", i, err))
+		}
+		if keep {
+			sets = append(sets, set{key, value, action})
+		}
 	}
+	var removes []string
 	for i, key := range ok.GetHeadersToRemove() {
-		if err := grpcservice.CheckHeaderName(key); err != nil {
-			return s.failed(ctx, fmt.Errorf("ok_response.headers_to_remove[%d]: %w", i, err))
+		key = strings.ToLower(key)
+		if grpcservice.CheckHeaderName(key) != nil {
+			// Removing a header that cannot exist, or may not be removed,
+			// removes nothing (Envoy).
+			continue
 		}
-		allowed, err := rules.check(key)
+		keep, err := rules.judge(key)
 		if err != nil {
-			return s.failed(ctx, fmt.Errorf("ok_response.headers_to_remove[%d]: %w", i, err))
+			return s.rejected(ctx, fmt.Errorf("ok_response.headers_to_remove[%d]: %w", i, err))
 		}
-		if allowed && md.Get(key) != nil {
-			delete(md, key)
-			changed = true
+		if keep {
+			removes = append(removes, key)
 		}
 	}
 	var respHeaders metadata.MD
 	for i, h := range ok.GetResponseHeadersToAdd() {
-		if respHeaders == nil {
-			respHeaders = metadata.MD{}
+		key, value, action, keep, err := option(h)
+		if err != nil {
+			return s.rejected(ctx, fmt.Errorf("ok_response.response_headers_to_add[%d]: %w", i, err))
 		}
-		if _, err := add(rules, respHeaders, h); err != nil {
-			return s.failed(ctx, fmt.Errorf("ok_response.response_headers_to_add[%d]: %w", i, err))
+		if keep {
+			if respHeaders == nil {
+				respHeaders = metadata.MD{}
+			}
+			httpfilter.ApplyHeader(respHeaders, key, value, action)
+		}
+	}
+
+	changed := false
+	if len(sets) > 0 || len(removes) > 0 {
+		if md == nil {
+			md = metadata.MD{}
+		}
+		for _, m := range sets {
+			changed = httpfilter.ApplyHeader(md, m.key, m.value, m.action) || changed
+		}
+		for _, key := range removes {
+			if md.Get(key) != nil {
+				delete(md, key)
+				changed = true
+			}
 		}
 	}
 	if len(respHeaders) > 0 {
-		// Dropped by gRPC if the RPC ends Trailers-Only (gRFC A92).
+		// Sent with the response's first message or its headers; dropped
+		// by gRPC if the RPC ends Trailers-Only (gRFC A92).
 		_ = grpc.SetHeader(ctx, respHeaders)
 	}
 	s.count(ctx, outcomeAllowed)
@@ -120,7 +171,11 @@ func (c *check) allow(ctx context.Context, md metadata.MD, ok *authpb.OkHttpResp
 
 // deny fails the RPC with denied_response.status mapped to gRPC (absent or
 // Empty: PERMISSION_DENIED, as Envoy's 403), the answer's status message,
-// and denied_response.headers as trailers.
+// and denied_response.headers as trailers. A header that cannot be sent
+// (invalid, or reserved) is dropped and the denial stands; with
+// disallow_is_error, an invalid one fails the RPC with status_on_error's
+// code instead. Either way the RPC is refused: failure_mode_allow is for an
+// authorization server that did not answer, not for one that said no.
 func (c *check) deny(ctx context.Context, resp *authpb.CheckResponse) (context.Context, error) {
 	s := c.step
 	d := resp.GetDeniedResponse()
@@ -130,11 +185,22 @@ func (c *check) deny(ctx context.Context, resp *authpb.CheckResponse) (context.C
 	}
 	var trailers metadata.MD
 	for i, h := range d.GetHeaders() {
-		if trailers == nil {
-			trailers = metadata.MD{}
+		key, value, action, keep, err := option(h)
+		if err != nil {
+			if s.cfg.rules.disallowIsError {
+				s.count(ctx, outcomeDenied)
+				return ctx, status.Errorf(s.cfg.errorCode, "ext_authz: the authorization server denied the RPC with an invalid header (denied_response.headers[%d]: %v; disallow_is_error)", i, err)
+			}
+			if logger.V(2) {
+				logger.Infof("xds: ext_authz: denied_response.headers[%d] dropped: %v", i, err)
+			}
+			continue
 		}
-		if _, err := add(&s.cfg.rules, trailers, h); err != nil {
-			return s.failed(ctx, fmt.Errorf("denied_response.headers[%d]: %w", i, err))
+		if keep {
+			if trailers == nil {
+				trailers = metadata.MD{}
+			}
+			httpfilter.ApplyHeader(trailers, key, value, action)
 		}
 	}
 	if len(trailers) > 0 {
@@ -148,9 +214,9 @@ func (c *check) deny(ctx context.Context, resp *authpb.CheckResponse) (context.C
 	return ctx, status.Error(code, msg)
 }
 
-// check reports whether the rules let the side channel change key; an
+// judge reports whether the rules let the side channel change key; an
 // error when they do not and disallow_is_error is set.
-func (r *mutationRules) check(key string) (bool, error) {
+func (r *mutationRules) judge(key string) (bool, error) {
 	if r.allows(key) {
 		return true, nil
 	}
@@ -160,18 +226,22 @@ func (r *mutationRules) check(key string) (bool, error) {
 	return false, nil
 }
 
-// add validates one HeaderValueOption (gRFC A102) and applies it to md
-// unless the rules disallow it; it reports whether md changed.
-func add(rules *mutationRules, md metadata.MD, h *corepb.HeaderValueOption) (bool, error) {
-	key, value, err := grpcservice.HeaderValue(h.GetHeader())
-	if err != nil {
-		return false, err
+// option validates one HeaderValueOption of an answer (gRFC A102): its key
+// (lower-cased, as Envoy does), value (raw_value, else value) and
+// append_action. keep is false for a reserved header (gRFC A92: ignored);
+// err is set for an invalid one.
+func option(h *corepb.HeaderValueOption) (key, value string, action corepb.HeaderValueOption_HeaderAppendAction, keep bool, err error) {
+	hv := h.GetHeader()
+	if k := strings.ToLower(hv.GetKey()); k != hv.GetKey() {
+		hv = &corepb.HeaderValue{Key: k, Value: hv.GetValue(), RawValue: hv.GetRawValue()}
 	}
-	allowed, err := rules.check(key)
-	if err != nil || !allowed {
-		return false, err
+	if grpcservice.Reserved(hv.GetKey()) {
+		return "", "", 0, false, nil
 	}
-	action := h.GetAppendAction()
+	if key, value, err = grpcservice.HeaderValue(hv); err != nil {
+		return "", "", 0, false, err
+	}
+	action = h.GetAppendAction()
 	if a := h.GetAppend(); a != nil {
 		// The deprecated field, when set, wins (Envoy).
 		action = corepb.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
@@ -180,9 +250,9 @@ func add(rules *mutationRules, md metadata.MD, h *corepb.HeaderValueOption) (boo
 		}
 	}
 	if _, ok := corepb.HeaderValueOption_HeaderAppendAction_name[int32(action)]; !ok {
-		return false, fmt.Errorf("append_action: unknown value %d", int32(action))
+		return "", "", 0, false, fmt.Errorf("header %q: append_action: unknown value %d", key, int32(action))
 	}
-	return httpfilter.ApplyHeader(md, key, value, action), nil
+	return key, value, action, true, nil
 }
 
 // request builds the CheckRequest of gRFC A92.

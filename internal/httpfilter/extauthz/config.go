@@ -34,24 +34,27 @@ type Config struct {
 // A92, A102): disallow_all, disallow_is_error and the two expressions.
 // Envoy's allow_all_routing, allow_envoy and disallow_system are about
 // headers gRPC never lets a side channel change (pseudo-headers, host,
-// grpc-*), which the validation refuses whatever the rules say.
+// grpc-*), which are ignored whatever the rules say (gRFC A92). The rules
+// govern the request-header mutations of an OK answer (headers,
+// headers_to_remove), as in Envoy: not response_headers_to_add, not a
+// denial's headers.
 type mutationRules struct {
-	allow, disallow *regexp.Regexp // nil: unset
+	allow, disallow *regexp.Regexp // nil: unset; full-string matches, as Envoy's
 	disallowAll     bool
 	disallowIsError bool
 }
 
-// allows reports whether the rules let the side channel change key.
+// allows reports whether the rules let the side channel change key, in
+// Envoy's order: disallow_expression refuses, then allow_expression
+// allows, then disallow_all refuses, and anything else is allowed.
 func (r *mutationRules) allows(key string) bool {
 	switch {
-	case r.disallowAll:
-		return false
 	case r.disallow != nil && r.disallow.MatchString(key):
 		return false
-	case r.allow != nil:
-		return r.allow.MatchString(key)
+	case r.allow != nil && r.allow.MatchString(key):
+		return true
 	}
-	return true
+	return !r.disallowAll
 }
 
 func parseConfig(env *grpcservice.Env, m *extauthzpb.ExtAuthz) (*Config, error) {

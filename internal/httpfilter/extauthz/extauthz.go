@@ -218,6 +218,16 @@ func (s *step) failed(ctx context.Context, why error) (context.Context, error) {
 	return ctx, status.Errorf(s.cfg.errorCode, "%v: %v", errFailed, why)
 }
 
+// rejected ends a check whose answer cannot be applied (an invalid
+// mutation, or one disallow_is_error refuses): the RPC fails with
+// status_on_error's code. failure_mode_allow does not apply: the server
+// answered, and applying part of its answer could hand the handler a header
+// it meant to change.
+func (s *step) rejected(ctx context.Context, why error) (context.Context, error) {
+	s.count(ctx, outcomeFailed)
+	return ctx, status.Errorf(s.cfg.errorCode, "ext_authz: the authorization server's answer cannot be applied: %v", why)
+}
+
 // headerFailureModeAllowed is the request header failure_mode_allow_header_add
 // adds (Envoy's name).
 const headerFailureModeAllowed = "x-envoy-auth-failure-mode-allowed"
