@@ -7,7 +7,9 @@
 // no lock and no map shared by all RPCs.
 //
 // Read this file top to bottom: Tap (the handle), then Routes (what it reads)
-// and Source (where it reads it from). steps.go builds the filter steps;
+// and Source (where it reads it from). pipeline.go runs an RPC's filter
+// steps as one sequence, from the tap to the RPC's goroutine when a step
+// leaves work for after the tap. steps.go builds the filter steps;
 // chain.go gives a filter chain's gRPC servers their options: the tap
 // handle and, when the chain's filters leave work for after the tap, the
 // interceptors that run it.
