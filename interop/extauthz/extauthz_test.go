@@ -30,8 +30,13 @@ func TestOPAPolicy(t *testing.T) {
 
 	t.Run("allowed by path, header added for the handler", func(t *testing.T) {
 		callCtx := metadata.AppendToOutgoingContext(ctx, "x-user", "alice")
-		if _, err := e.client.UnaryCall(callCtx, &testgrpc.SimpleRequest{}); err != nil {
+		var hdr metadata.MD
+		if _, err := e.client.UnaryCall(callCtx, &testgrpc.SimpleRequest{}, grpc.Header(&hdr)); err != nil {
 			t.Fatalf("UnaryCall: %v, want OK", err)
+		}
+		// OPA's response_headers_to_add reach the client.
+		if got := hdr.Get("x-opa-decision"); len(got) != 1 || got[0] != "allowed" {
+			t.Errorf("response header x-opa-decision = %q, want [allowed] (ok_response.response_headers_to_add)", got)
 		}
 		h := e.svc.nextHandled(ctx, t)
 		for k, want := range map[string]string{
@@ -100,6 +105,30 @@ func TestOPAPolicy(t *testing.T) {
 			// the message carries no text of OPA's.
 			t.Logf("the denied RPC's message: %q (OPA's denial body was %q)", status.Convert(err).Message(), c.opaText)
 		})
+	}
+}
+
+// TestOPADenialWithBadHeaders: OPA denies with headers gRPC never sends
+// (grpc-status: 0, a name with a space) beside a valid one; with
+// failure_mode_allow on, the RPC is still refused with OPA's status and
+// the valid header, and never reaches its handler: failure_mode_allow is
+// for an authorization server that did not answer.
+func TestOPADenialWithBadHeaders(t *testing.T) {
+	ctx := testContext(t)
+	opa := startOPA(t, pathResult)
+	e := newEnv(t, opa.Addr)
+	e.publish(ctx, extAuthzConfig(opa.Addr, true, true))
+	var tr metadata.MD
+	_, err := e.client.UnaryCall(metadata.AppendToOutgoingContext(ctx, "x-user", "eve"), &testgrpc.SimpleRequest{}, grpc.Trailer(&tr))
+	if got := status.Code(err); got != codes.PermissionDenied {
+		t.Fatalf("UnaryCall: %v, want PERMISSION_DENIED (OPA's 403)", err)
+	}
+	e.svc.noneHandled(t)
+	if got := tr.Get("x-ext-authz-reason"); len(got) != 1 || got[0] != "eve" {
+		t.Errorf("trailer x-ext-authz-reason = %q, want [eve]", got)
+	}
+	if got := tr.Get("bad header"); len(got) != 0 {
+		t.Errorf("trailer %q = %q, want none", "bad header", got)
 	}
 }
 

@@ -32,6 +32,11 @@ user := object.get(request_headers, "x-user", "anonymous")
 
 banned if user == "mallory"
 
+# A user refused with headers gRPC never sends (a grpc- header claiming
+# success, a name with a space): the filter drops them, and the denial
+# stands, with failure_mode_allow too.
+refused_with_bad_headers if user == "eve"
+
 out_of_quota if request_headers["x-quota"] == "exhausted"
 
 # A path the policy does not list: Envoy's default denial (403, which gRPC
@@ -59,7 +64,18 @@ result := {
 	"headers": {"x-ext-authz-reason": "quota", "retry-after": "1"},
 } if {
 	not banned
+	not refused_with_bad_headers
 	out_of_quota
+}
+
+result := {
+	"allowed": false,
+	"http_status": 403,
+	"body": "opa: eve is refused",
+	"headers": {"x-ext-authz-reason": "eve", "grpc-status": "0", "bad header": "x"},
+} if {
+	not banned
+	refused_with_bad_headers
 }
 
 # Allowed: the plugin turns headers into ok_response.headers, which the filter
@@ -67,8 +83,10 @@ result := {
 result := {
 	"allowed": true,
 	"headers": {"x-opa-user": user, "x-opa-path": input.attributes.request.http.path},
+	"response_headers_to_add": {"x-opa-decision": "allowed"},
 } if {
 	not banned
+	not refused_with_bad_headers
 	not out_of_quota
 	allowed_paths[input.attributes.request.http.path]
 }
