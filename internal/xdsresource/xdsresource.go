@@ -121,8 +121,9 @@ func decodeListener(in xdsclient.DecodeInput) (string, xdsclient.ResourceData, e
 	if p, ok := in.Previous.(*Listener); ok {
 		prev = p.Table
 	}
+	env := grpcservice.EnvOf(in.Bootstrap, in.Server)
 	table, err := filterchain.CompileRaw(raw, filterchain.Options{
-		Filters:               httpfilter.NewParser(builtin.Registry).WithEnv(grpcservice.EnvOf(in.Bootstrap, in.Server)),
+		Filters:               httpfilter.NewParser(builtin.Registry).WithEnv(env, env.Key()),
 		CertProviderInstances: certProviderInstances(in.Bootstrap),
 		Previous:              prev,
 	})
