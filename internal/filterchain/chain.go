@@ -85,7 +85,15 @@ type tlsResult struct {
 type hcmResult struct {
 	hcm *HTTPConnectionManager
 	err error // a fieldError relative to the filter's typed_config
+	// usesEnv is set when some HTTP filter's config was parsed with the
+	// parser's env (httpfilter.DependOnEnv): the result holds only under
+	// the parser's EnvKey.
+	usesEnv bool
 }
+
+// usesEnv reports whether the chain whose HttpConnectionManager config is
+// hcm depends on the parser's env.
+func (e *configEntry) usesEnv() bool { return e != nil && e.hcm != nil && e.hcm.usesEnv }
 
 func newChainCompiler(p *httpfilter.Parser) *chainCompiler {
 	return &chainCompiler{parser: p, configs: map[configKey]*configEntry{}, budget: maxMatchers}
@@ -151,7 +159,8 @@ func (c *chainCompiler) compileChain(ref chainRef, fc *listenerpb.FilterChain) (
 // masked-off bits or clamped lengths get the same ID), and the names, types
 // and config bytes of its network filter (valid means exactly one, the
 // HttpConnectionManager, whose config is hcm) and of its transport socket
-// (config tls, nil if it has none).
+// (config tls, nil if it has none); when the HttpConnectionManager depends
+// on the parser's env, the parser's EnvKey too.
 func (c *chainCompiler) chainID(fc *listenerpb.FilterChain, matchers []matcher, isDefault bool, hcm, tls *configEntry) string {
 	b := append(c.idBuf[:0], byte(boolInt(isDefault)))
 	b = binary.AppendUvarint(b, uint64(len(matchers)))
@@ -166,6 +175,9 @@ func (c *chainCompiler) chainID(fc *listenerpb.FilterChain, matchers []matcher, 
 		tls = c.config(nil)
 	}
 	b = append(b, tls.sum[:]...)
+	if hcm.usesEnv() {
+		b = appendString(b, c.parser.EnvKey())
+	}
 	c.idBuf = b
 	id := sha256.Sum256(b)
 	return hex.EncodeToString(id[:16])
@@ -223,6 +235,7 @@ func (c *chainCompiler) networkFilter(f *listenerpb.Filter, seenHCM bool) (*HTTP
 		}
 		r := &hcmResult{}
 		r.hcm, r.err = c.decodeHCM(raw)
+		r.usesEnv = r.hcm != nil && httpfilter.DependOnEnv(r.hcm.Filters)
 		e.hcm = r
 	}
 	r := e.hcm

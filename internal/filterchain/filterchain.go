@@ -40,8 +40,12 @@ type Options struct {
 	// means the bootstrap has no instances.
 	CertProviderInstances map[string]bool
 	// Previous, for CompileRaw, is the table of an earlier version of the
-	// same Listener, compiled with the same CertProviderInstances: chains
-	// whose bytes are unchanged are reused from it. nil compiles every chain.
+	// same Listener, compiled with the same CertProviderInstances and a
+	// Filters of the same registry and bootstrap: chains whose bytes are
+	// unchanged are reused from it, except the chains whose HTTP filters
+	// depend on the environment (httpfilter.EnvFilter, gRFC A102's trust)
+	// when the table was compiled under another Filters.EnvKey. nil
+	// compiles every chain.
 	Previous *Table
 }
 
@@ -54,6 +58,8 @@ type Table struct {
 	defaultChain *FilterChain   // nil when the Listener has none
 	lookup       lookupTable
 	ignored      []string
+	// envKey is the Filters.EnvKey the table was compiled under.
+	envKey string
 	// compiled are the filter_chains entries compiled by CompileRaw, by the
 	// hash of their bytes, for the next version of the Listener; nil after
 	// Compile.
@@ -147,7 +153,11 @@ func (t *Table) Lookup(src, dst netip.AddrPort) *FilterChain {
 type FilterChain struct {
 	// ID identifies the chain's content: its normalized filter_chain_match
 	// (ignored for the default chain), the serialized configs of its network
-	// filters and transport socket, and whether it is the default chain.
+	// filters and transport socket, and whether it is the default chain;
+	// for a chain whose HTTP filters depend on the environment
+	// (httpfilter.EnvFilter), also the parser's EnvKey, since the same
+	// bytes from a server of another trust configure it otherwise (gRFC
+	// A102).
 	// Chains with the same content have the same ID, also across Listener
 	// updates and processes, so a connection on a chain whose ID is
 	// unchanged can be kept without a drain. The name is not part of the
@@ -250,7 +260,7 @@ func compile(lis *listenerpb.Listener, n int, opts Options, chainAt func(c *chai
 	}
 	c := newChainCompiler(p)
 	c.instances = opts.CertProviderInstances
-	t := &Table{address: addr, chains: make([]*FilterChain, 0, n+1)}
+	t := &Table{address: addr, chains: make([]*FilterChain, 0, n+1), envKey: p.EnvKey()}
 	specs := make([]chainSpec, 0, n)
 	for i := range n {
 		spec, err := chainAt(c, i)

@@ -74,13 +74,16 @@ type compiledChain struct {
 // filter chain whose bytes are the same as one of it is neither decoded nor
 // validated again: its compiled form (ID, HttpConnectionManager, security)
 // is reused, so that a push that changes a few chains of a large Listener
-// costs what those chains cost.
+// costs what those chains cost. A chain whose HTTP filters depend on the
+// environment is reused only from a table compiled under the same
+// Filters.EnvKey: the same bytes from a management server of another trust
+// are checked again (gRFC A102).
 func CompileRaw(r *RawListener, opts Options) (*Table, error) {
 	compiled := make(map[uint64][]*compiledChain, len(r.FilterChains))
 	t, err := compile(r.Listener, len(r.FilterChains), opts, func(c *chainCompiler, i int) (chainSpec, error) {
 		raw := r.FilterChains[i]
 		key := maphash.Bytes(chainSeed, raw)
-		if prev := opts.Previous.reusable(key, raw); prev != nil {
+		if prev := opts.Previous.reusable(key, raw, c.parser.EnvKey()); prev != nil {
 			// Kept with this Listener's bytes, so that the earlier one's
 			// can be freed.
 			kept := *prev
@@ -113,13 +116,19 @@ func CompileRaw(r *RawListener, opts Options) (*Table, error) {
 }
 
 // reusable returns the compiled chain of t whose bytes are raw (hashing to
-// key), or nil.
-func (t *Table) reusable(key uint64, raw []byte) *compiledChain {
+// key) and that holds under envKey, or nil. A chain that depends on the
+// parser's env holds only under the EnvKey t was compiled under: its
+// filters' configs, and the HttpConnectionManager config that reuse hands
+// to the new compile's memo, were checked against that env alone.
+func (t *Table) reusable(key uint64, raw []byte, envKey string) *compiledChain {
 	if t == nil {
 		return nil
 	}
 	for _, cc := range t.compiled[key] {
 		if bytes.Equal(cc.raw, raw) {
+			if envKey != t.envKey && cc.configs.hcm.usesEnv() {
+				return nil
+			}
 			return cc
 		}
 	}

@@ -57,6 +57,22 @@ func EnvOf(cfg *bootstrap.Config, server *bootstrap.ServerConfig) *Env {
 	return e
 }
 
+// Key identifies e to caches of parsed configs (httpfilter.Parser.WithEnv):
+// its trust. Every Env of one bootstrap with the same Key parses a
+// GrpcService to the same Service (only errors name the server), and Envs
+// with different Keys do not: a config that a trusted server sent and an
+// untrusted one sends again must be parsed again. "" for a nil Env.
+func (e *Env) Key() string {
+	switch {
+	case e == nil:
+		return ""
+	case e.Trusted:
+		return "trusted"
+	default:
+		return "untrusted"
+	}
+}
+
 // Limits of gRFC A102 on initial_metadata (and of its header mutations).
 const maxHeaderBytes = 16384
 

@@ -26,9 +26,34 @@ type EnvFilter interface {
 // WithEnv sets what the parser gives EnvFilters, and returns p. The
 // resource decoders pass the bootstrap and the management server the
 // resource came from; the filter package that reads it defines its type.
-func (p *Parser) WithEnv(env any) *Parser {
-	p.env = env
+//
+// key identifies env to whatever keeps parsed configs (the parser's memo,
+// filterchain's compiled chains of a previous Listener version): EnvFilters
+// parse a config under any env of the same key as under env, and a config
+// parsed under one key must not be used under another. gRFC A102's key is
+// the trust of the server that sent the resource (grpcservice.Env.Key), so
+// that a resource a trusted server sent and an untrusted one sends again,
+// byte for byte, is checked again.
+func (p *Parser) WithEnv(env any, key string) *Parser {
+	if key != p.envKey {
+		p.memo = map[memoKey]Config{}
+	}
+	p.env, p.envKey = env, key
 	return p
+}
+
+// EnvKey returns the key given to WithEnv ("" without one).
+func (p *Parser) EnvKey() string { return p.envKey }
+
+// DependOnEnv reports whether some of filters had its config parsed by an
+// EnvFilter, so that it holds only under the parser's EnvKey.
+func DependOnEnv(filters []Instance) bool {
+	for _, in := range filters {
+		if _, ok := in.Filter.(EnvFilter); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // Acquirer is implemented by filters whose configs hold resources that

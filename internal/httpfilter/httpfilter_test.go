@@ -247,6 +247,37 @@ func TestParserMemoizesIdenticalConfigs(t *testing.T) {
 	}
 }
 
+// envTestFilter is testFilter as an EnvFilter: its config holds only
+// under the env "trusted".
+type envTestFilter struct{ testFilter }
+
+func (f envTestFilter) ParseConfigEnv(env any, raw RawConfig) (Config, error) {
+	if env != "trusted" {
+		*f.parses++
+		return nil, errors.New("not trusted")
+	}
+	return f.ParseConfig(raw)
+}
+
+// TestParserEnvKey: configs an EnvFilter parsed under one key are not
+// reused from the memo under another (WithEnv starts a new memo), and
+// DependOnEnv tells the filters whose configs depend on the env.
+func TestParserEnvKey(t *testing.T) {
+	n := 0
+	p := NewParser(NewRegistry(Router{}, envTestFilter{testFilter{parses: &n}})).WithEnv("trusted", "trusted")
+	list := []*hcmpb.HttpFilter{filter("a", mustAny(t, wrapperspb.String("x")), false), router(t)}
+	got, err := p.HTTPFilters(list)
+	if err != nil || !DependOnEnv(got) || DependOnEnv(got[1:]) {
+		t.Fatalf("HTTPFilters under trusted: %v; DependOnEnv(all) = %v, of the router alone = %v; want success, true, false", err, DependOnEnv(got), DependOnEnv(got[1:]))
+	}
+	if _, err := p.WithEnv("trusted", "trusted").HTTPFilters(list); err != nil || n != 1 {
+		t.Errorf("the same key again: %v after %d parses, want the memo's config (1 parse)", err, n)
+	}
+	if _, err := p.WithEnv("untrusted", "untrusted").HTTPFilters(list); err == nil || n != 2 {
+		t.Errorf("another key: %v after %d parses, want the config parsed again and refused", err, n)
+	}
+}
+
 func TestOverrides(t *testing.T) {
 	fault := mustAny(t, &faultpb.HTTPFault{})
 	unknown := mustAny(t, &luapb.LuaPerRoute{})

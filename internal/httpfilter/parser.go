@@ -66,9 +66,10 @@ var clientOnlyOverrides = map[string]bool{
 // and share one Config value. A Parser is not safe for concurrent use; make
 // one per decode.
 type Parser struct {
-	reg  *Registry
-	env  any // given to EnvFilters; see WithEnv
-	memo map[memoKey]Config
+	reg    *Registry
+	env    any    // given to EnvFilters; see WithEnv
+	envKey string // identifies env; see WithEnv
+	memo   map[memoKey]Config
 }
 
 type memoKey struct {

@@ -67,3 +67,62 @@ func TestFallbackKeepsPrimaryCache(t *testing.T) {
 		t.Errorf("dump of a = %+v, want ACKED", d)
 	}
 }
+
+// TestFallbackDecodesSameBytesAgain: a resource that a fallback server
+// sends with the bytes the primary sent is decoded again, with the
+// fallback as DecodeInput.Server: what a resource means may depend on
+// which server sent it (gRFC A102's trust), so the value decoded for the
+// primary is not reused for the fallback's copy.
+func TestFallbackDecodesSameBytesAgain(t *testing.T) {
+	ctx := testContext(t)
+	primary := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
+	secondary := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
+	servers := make(chan string, 10)
+	rt := &xdsclient.ResourceType{
+		TypeURL:                    listenerURL,
+		TypeName:                   "Listener",
+		AllResourcesRequiredInSotW: true,
+		Decode: func(in xdsclient.DecodeInput) (string, xdsclient.ResourceData, error) {
+			name, d, err := listenerType.Decode(in)
+			if name == "a" {
+				servers <- in.Server.ServerURI
+			}
+			return name, d, err
+		},
+	}
+	lA, lB := testListener("a", 1), testListener("b", 2)
+	update(ctx, t, primary, e2e.Resources{Listeners: []*listenerpb.Listener{lA}})
+	update(ctx, t, secondary, e2e.Resources{Listeners: []*listenerpb.Listener{lA, lB}})
+	c := newClient(t, e2e.BootstrapOptions{ServerURIs: []string{primary.Address, secondary.Address}}, xdsclient.Options{ResourceTypes: []*xdsclient.ResourceType{rt}})
+	next := func() string {
+		t.Helper()
+		select {
+		case s := <-servers:
+			return s
+		case <-ctx.Done():
+			t.Fatal("no decode of a")
+		}
+		return ""
+	}
+	wA := newTestWatcher()
+	defer c.WatchResource(rt, "a", wA)()
+	wA.wantData(ctx, t, lA)
+	if s := next(); s != primary.Address {
+		t.Fatalf("a decoded for %q, want the primary %q", s, primary.Address)
+	}
+
+	primary.Stop()
+	wB := newTestWatcher()
+	defer c.WatchResource(rt, "b", wB)()
+	// The secondary's response carries a and b: once b is delivered, a
+	// was decoded, or skipped.
+	wB.wantData(ctx, t, lB)
+	select {
+	case s := <-servers:
+		if s != secondary.Address {
+			t.Errorf("the secondary's copy of a decoded for %q, want the secondary %q", s, secondary.Address)
+		}
+	default:
+		t.Error("the secondary's copy of a, with the primary's bytes, was not decoded again")
+	}
+}

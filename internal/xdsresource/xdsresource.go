@@ -54,6 +54,10 @@ type Listener struct {
 	Table *filterchain.Table
 	// raw is the resource as received, for Equal.
 	raw *anypb.Any
+	// trust is the Key of the grpcservice.Env it was decoded under: the
+	// same bytes from a server of another trust may configure the server
+	// otherwise (gRFC A102).
+	trust string
 }
 
 // Raw returns the resource exactly as received. It must not be modified.
@@ -62,14 +66,18 @@ func (l *Listener) Raw() *anypb.Any { return l.raw }
 // Equal reports whether o is a Listener with the same contents, so an
 // identical re-send reaches no watcher.
 //
-// Two Listeners are equal when their bytes are, or when they compile to
-// tables that serve every connection the same way (filterchain.Table.Equal,
-// which compares chain content digests): a control plane that re-sends an
-// unchanged Listener with fields in another order, or with fields a server
-// does not use changed, does not make the server re-apply it.
+// Two Listeners are equal when their bytes are and they came from servers
+// of the same trust (gRFC A102), or when they compile to tables that serve
+// every connection the same way (filterchain.Table.Equal, which compares
+// chain content digests; the digest of a chain whose filters depend on the
+// trust includes it): a control plane that re-sends an unchanged Listener
+// with fields in another order, or with fields a server does not use
+// changed, does not make the server re-apply it, and neither does a
+// fallback server (gRFC A71) sending it byte for byte, unless the change
+// of trust changes a chain.
 func (l *Listener) Equal(o xdsclient.ResourceData) bool {
 	ol, ok := o.(*Listener)
-	return ok && (bytes.Equal(l.raw.GetValue(), ol.raw.GetValue()) || l.Table.Equal(ol.Table))
+	return ok && (l.trust == ol.trust && bytes.Equal(l.raw.GetValue(), ol.raw.GetValue()) || l.Table.Equal(ol.Table))
 }
 
 // RouteConfig is a decoded, validated RouteConfiguration. Immutable.
@@ -121,15 +129,16 @@ func decodeListener(in xdsclient.DecodeInput) (string, xdsclient.ResourceData, e
 	if p, ok := in.Previous.(*Listener); ok {
 		prev = p.Table
 	}
+	env := grpcservice.EnvOf(in.Bootstrap, in.Server)
 	table, err := filterchain.CompileRaw(raw, filterchain.Options{
-		Filters:               httpfilter.NewParser(builtin.Registry).WithEnv(grpcservice.EnvOf(in.Bootstrap, in.Server)),
+		Filters:               httpfilter.NewParser(builtin.Registry).WithEnv(env, env.Key()),
 		CertProviderInstances: certProviderInstances(in.Bootstrap),
 		Previous:              prev,
 	})
 	if err != nil {
 		return name, nil, err
 	}
-	return name, &Listener{Name: name, Table: table, raw: in.Resource}, nil
+	return name, &Listener{Name: name, Table: table, raw: in.Resource, trust: env.Key()}, nil
 }
 
 // certProviderInstances lists the bootstrap's certificate provider
