@@ -3,6 +3,7 @@ package grpcservice_test
 import (
 	"fmt"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -85,9 +86,9 @@ func TestTLSSideChannelChecksIPSAN(t *testing.T) {
 				t.Fatalf("Acquire: %v", err)
 			}
 			defer release()
-			cc, ok := s.Conn()
-			if !ok {
-				t.Fatal("no channel after Acquire")
+			cc, err := s.Conn(ctx)
+			if err != nil {
+				t.Fatalf("Conn: %v", err)
 			}
 			_, err = healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
 			if tc.accept {
@@ -100,5 +101,50 @@ func TestTLSSideChannelChecksIPSAN(t *testing.T) {
 				t.Fatalf("Check over a certificate for another name = %v, want UNAVAILABLE naming the address checked", err)
 			}
 		})
+	}
+}
+
+// TestFailedCredsRetriedByNextAcquire: credentials that cannot be built
+// (the CA file is missing) fail the holders' Conn with the reason; the
+// next Acquire, a configuration update, builds them again, and its channel
+// works once the file is there, while the failed one is still held.
+func TestFailedCredsRetriedByNextAcquire(t *testing.T) {
+	testutils.CheckGoroutines(t)
+	ctx := testutils.Context(t)
+	ca := testcerts.NewCA(t, "retry-ca")
+	target := startTLSHealthServer(t, ca.Issue(t, testcerts.LeafOptions{CommonName: "authz", IPs: []string{"127.0.0.1"}}))
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	s, err := grpcservice.Parse(allowedTLS(t, target, caFile), service(target, nil))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	release1, err := s.Acquire()
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	defer release1()
+	if _, err := s.Conn(ctx); err == nil || !strings.Contains(err.Error(), "ca.pem") {
+		t.Fatalf("Conn with a missing CA file = %v, want an error naming the file", err)
+	}
+	if n := grpcservice.OpenChannels(); n != 0 {
+		t.Errorf("%d channels open after a failed build, want 0 (the next Acquire builds again)", n)
+	}
+
+	testcerts.WriteFile(t, caFile, ca.PEM)
+	release2, err := s.Acquire()
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	defer release2()
+	cc, err := s.Conn(ctx)
+	if err != nil {
+		t.Fatalf("Conn once the CA file is there: %v", err)
+	}
+	if _, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	release1()
+	if _, err := s.Conn(ctx); err != nil {
+		t.Errorf("Conn after the failed channel's release: %v; the new one is still held", err)
 	}
 }
