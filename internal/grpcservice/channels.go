@@ -1,6 +1,7 @@
 package grpcservice
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -17,47 +18,84 @@ var logger = grpclog.Component("xds")
 var (
 	poolMu sync.Mutex
 	pool   = map[string]*channel{} // guarded by poolMu
-	live   sync.Map                // key → *grpc.ClientConn, while acquired
+	live   sync.Map                // key → *channel, while acquired
 )
 
+// channel is one side channel. Its credentials are built, and its
+// grpc.ClientConn made, on a goroutine of its own (build), never under
+// poolMu nor on the caller's goroutine: credentials may be slow to build
+// (google_default asks a metadata server; a type registered with grpc-go
+// may do anything), and Acquire is called on a listener's serializer.
 type channel struct {
-	refs    int // guarded by poolMu
-	cc      *grpc.ClientConn
-	cleanup func()
+	refs    int  // guarded by poolMu
+	built   bool // guarded by poolMu; cc, err and cleanup are set
+	dropped bool // guarded by poolMu; the last reference was released
+
+	// ready is closed once built is set; cc, err and cleanup are read
+	// after it.
+	ready   chan struct{}
+	cc      *grpc.ClientConn // nil when err is set
+	err     error
+	cleanup func() // nil when err is set
 }
 
 // ErrNoCredentials is Acquire's error for a Service parsed without an Env.
 var ErrNoCredentials = errors.New("grpcservice: the GrpcService was validated without a bootstrap and has no credentials")
 
-// Acquire takes a reference to s's channel, making it if it is the first
-// (grpc.NewClient does not connect: the first call does). The returned
-// release drops the reference; the last one closes the channel and
-// releases its credentials. It never blocks on the network.
+// Acquire takes a reference to s's channel, making it if it is the first.
+// It never blocks: the credentials are built and the channel made (by
+// grpc.NewClient, which does not connect) on a goroutine of their own, and
+// Conn waits for them. The returned release drops the reference; the last
+// one closes the channel and releases its credentials (once they are
+// built, if they are still being built).
 func (s *Service) Acquire() (release func(), err error) {
 	if s.creds == nil {
 		return nil, ErrNoCredentials
 	}
 	poolMu.Lock()
-	defer poolMu.Unlock()
 	ch := pool[s.key]
 	if ch == nil {
-		opts, cleanup, err := s.creds.dialOptions()
-		if err != nil {
-			return nil, fmt.Errorf("side channel to %q: %w", s.Target, err)
-		}
-		cc, err := grpc.NewClient(s.Target, opts...)
-		if err != nil {
-			cleanup()
-			return nil, fmt.Errorf("side channel to %q: %w", s.Target, err)
-		}
-		ch = &channel{cc: cc, cleanup: cleanup}
+		ch = &channel{ready: make(chan struct{})}
 		pool[s.key] = ch
-		live.Store(s.key, cc)
-		logger.Infof("xds: side channel to %q opened (credentials: %s)", s.Target, s.CredsSource)
+		live.Store(s.key, ch)
+		go s.build(ch)
 	}
 	ch.refs++
+	poolMu.Unlock()
 	var once sync.Once
 	return func() { once.Do(func() { s.release(ch) }) }, nil
+}
+
+// build builds ch's credentials and makes its connection. A failed build
+// leaves the pool, so that the next Acquire (a configuration update) tries
+// again; until then, Conn reports the error to the holders of ch.
+func (s *Service) build(ch *channel) {
+	opts, cleanup, err := s.creds.dialOptions()
+	var cc *grpc.ClientConn
+	if err == nil {
+		if cc, err = grpc.NewClient(s.Target, opts...); err != nil {
+			cleanup()
+			cleanup = nil
+		}
+	}
+	if err != nil {
+		err = fmt.Errorf("side channel to %q: %w", s.Target, err)
+		logger.Errorf("xds: %v", err)
+	}
+	poolMu.Lock()
+	ch.cc, ch.err, ch.cleanup, ch.built = cc, err, cleanup, true
+	if err != nil && pool[s.key] == ch {
+		delete(pool, s.key)
+	}
+	dropped := ch.dropped
+	poolMu.Unlock()
+	close(ch.ready)
+	switch {
+	case dropped:
+		ch.close()
+	case err == nil:
+		logger.Infof("xds: side channel to %q opened (credentials: %s)", s.Target, s.CredsSource)
+	}
 }
 
 func (s *Service) release(ch *channel) {
@@ -65,28 +103,57 @@ func (s *Service) release(ch *channel) {
 	ch.refs--
 	last := ch.refs == 0
 	if last {
-		delete(pool, s.key)
-		live.Delete(s.key)
+		if pool[s.key] == ch {
+			delete(pool, s.key)
+		}
+		live.CompareAndDelete(s.key, ch)
+		ch.dropped = true
 	}
+	built := ch.built
 	poolMu.Unlock()
-	if last {
-		ch.cc.Close()
-		ch.cleanup()
+	if last && built && ch.close() {
 		logger.Infof("xds: side channel to %q closed (no filter chain uses it)", s.Target)
 	}
 }
 
-// Conn returns s's channel; false when no filter chain holds it (it was
-// never acquired, or is closed). It takes no lock.
-func (s *Service) Conn() (*grpc.ClientConn, bool) {
-	v, ok := live.Load(s.key)
-	if !ok {
-		return nil, false
+// close closes a built channel that nothing holds any more, and reports
+// whether there was a connection to close (its build did not fail).
+func (ch *channel) close() bool {
+	if ch.cc == nil {
+		return false
 	}
-	return v.(*grpc.ClientConn), true
+	ch.cc.Close()
+	ch.cleanup()
+	return true
 }
 
-// OpenChannels returns how many side channels are open, for tests.
+// Conn returns s's channel, waiting until ctx ends for its credentials to
+// be built. It fails when no filter chain holds the channel (it was never
+// acquired, or is closed), when its credentials could not be built, or
+// when ctx ends first. It takes no lock.
+func (s *Service) Conn(ctx context.Context) (*grpc.ClientConn, error) {
+	v, ok := live.Load(s.key)
+	if !ok {
+		return nil, fmt.Errorf("no side channel to %q (no filter chain holds it)", s.Target)
+	}
+	ch := v.(*channel)
+	select {
+	case <-ch.ready:
+	default:
+		select {
+		case <-ch.ready:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("side channel to %q: its credentials are still being built: %w", s.Target, ctx.Err())
+		}
+	}
+	if ch.err != nil {
+		return nil, ch.err
+	}
+	return ch.cc, nil
+}
+
+// OpenChannels returns how many side channels are open or being made, for
+// tests.
 func OpenChannels() int {
 	poolMu.Lock()
 	defer poolMu.Unlock()

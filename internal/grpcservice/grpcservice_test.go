@@ -129,14 +129,15 @@ func TestAcquireShares(t *testing.T) {
 	if n := grpcservice.OpenChannels(); n != 2 {
 		t.Errorf("%d channels for two targets, want 2", n)
 	}
-	ca, _ := a.Conn()
-	cb, _ := b.Conn()
+	ctx := testutils.Context(t)
+	ca, _ := a.Conn(ctx)
+	cb, _ := b.Conn(ctx)
 	if ca == nil || ca != cb {
 		t.Errorf("Conn of equal services: %p, %p; want one channel", ca, cb)
 	}
 	r1()
 	r1() // twice: no effect
-	if _, ok := b.Conn(); !ok {
+	if _, err := b.Conn(ctx); err != nil {
 		t.Errorf("channel closed while b holds it")
 	}
 	r2()
@@ -144,7 +145,7 @@ func TestAcquireShares(t *testing.T) {
 	if n := grpcservice.OpenChannels(); n != 0 {
 		t.Errorf("%d channels open after every release, want 0", n)
 	}
-	if _, ok := a.Conn(); ok {
+	if _, err := a.Conn(ctx); err == nil {
 		t.Errorf("Conn after the last release: still open")
 	}
 	offline, _ := grpcservice.Parse(nil, service("127.0.0.1:9", nil))

@@ -22,18 +22,15 @@ import (
 // so an idle client has none. All protocol state (versions, nonces,
 // subscriptions) is decided on the serializer.
 type xdsChannel struct {
-	c       *Client                 // immutable
-	server  *bootstrap.ServerConfig // immutable
-	key     string                  // immutable; key in Client.channels
-	cc      *grpc.ClientConn        // immutable; nil when dialErr is set
-	dialErr error                   // immutable
-	ctx     context.Context         // immutable; cancelled by close
-	cancel  context.CancelFunc      // immutable
+	c      *Client                 // immutable
+	server *bootstrap.ServerConfig // immutable
+	key    string                  // immutable; key in Client.channels
+	ctx    context.Context         // immutable; cancelled by close
+	cancel context.CancelFunc      // immutable
 
-	// credsCleanup releases what the channel's credentials hold (a
-	// registered type's bundle); run calls it after closing cc. Immutable;
-	// nil when dialErr is set (released already).
-	credsCleanup func()
+	// cc is the connection, made by run once the credentials are built:
+	// only run and runStream, on the channel's goroutine, touch it.
+	cc *grpc.ClientConn
 
 	mu      sync.Mutex
 	live    *liveStream   // guarded by mu; the stream requests are written to, nil if none
@@ -82,7 +79,11 @@ type liveStream struct {
 func serverKey(s *bootstrap.ServerConfig) string { return s.Key() }
 
 // acquireChannel returns the channel to server, creating it (and starting
-// its goroutine) on first use. Only called from serializer callbacks.
+// its goroutine) on first use. The credentials are built, and the
+// connection made, by that goroutine: credentials may be slow to build
+// (google_default asks a metadata server; a registered type may do
+// anything), and the serializer runs every watch of the client. Only
+// called from serializer callbacks.
 func (c *Client) acquireChannel(server *bootstrap.ServerConfig) *xdsChannel {
 	key := serverKey(server)
 	if ch, ok := c.channels[key]; ok {
@@ -98,22 +99,6 @@ func (c *Client) acquireChannel(server *bootstrap.ServerConfig) *xdsChannel {
 		users:  make(map[*authority]struct{}),
 		types:  make(map[string]*typeState),
 	}
-	opts, cleanup, err := credentialOptions(server)
-	if err == nil {
-		// gRPC's default 4 MB receive limit is far below what a
-		// control plane may send (a Listener with thousands of filter
-		// chains): over it the stream breaks and reconnects forever
-		// without the resource ever being seen or NACKed. Envoy has no
-		// such limit either.
-		opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxResponseSize)))
-		ch.cc, err = grpc.NewClient(server.ServerURI, opts...)
-		if err != nil {
-			cleanup()
-		} else {
-			ch.credsCleanup = cleanup
-		}
-	}
-	ch.dialErr = err
 	c.channels[key] = ch
 	c.chanWG.Add(1)
 	go ch.run()
@@ -255,24 +240,24 @@ func (c *Client) handleStreamDown(ch *xdsChannel, err error, gotResponse bool) {
 	}
 }
 
-// run is the channel's goroutine: it opens ADS streams until the channel is
-// closed, waiting between attempts (gRFC A57: backoff, reset by a stream
-// that received a response).
+// run is the channel's goroutine: it builds the credentials and the
+// connection (a failure is reported as the first stream's), then opens ADS
+// streams until the channel is closed, waiting between attempts (gRFC A57:
+// backoff, reset by a stream that received a response). A build in
+// progress is not interrupted: closing the client waits for it.
 func (ch *xdsChannel) run() {
 	defer ch.c.chanWG.Done()
-	defer func() {
-		if ch.cc != nil {
-			ch.cc.Close()
-		}
-		if ch.credsCleanup != nil {
-			ch.credsCleanup()
-		}
-	}()
-	if ch.dialErr != nil {
-		ch.c.serializer.TrySchedule(func(context.Context) { ch.c.handleStreamDown(ch, ch.dialErr, false) })
+	cc, cleanup, err := ch.dial()
+	if err != nil {
+		ch.c.serializer.TrySchedule(func(context.Context) { ch.c.handleStreamDown(ch, err, false) })
 		<-ch.ctx.Done()
 		return
 	}
+	ch.cc = cc
+	defer func() {
+		cc.Close()
+		cleanup()
+	}()
 	var gen uint64
 	retries := 0
 	for ch.ctx.Err() == nil {
@@ -295,6 +280,28 @@ func (ch *xdsChannel) run() {
 			return
 		}
 	}
+}
+
+// dial builds the channel's credentials and its connection (which does not
+// connect: the first stream does). cleanup releases what the credentials
+// hold, after the connection is closed. On error there is nothing to
+// release.
+func (ch *xdsChannel) dial() (cc *grpc.ClientConn, cleanup func(), err error) {
+	opts, cleanup, err := credentialOptions(ch.server)
+	if err != nil {
+		return nil, nil, err
+	}
+	// gRPC's default 4 MB receive limit is far below what a control plane
+	// may send (a Listener with thousands of filter chains): over it the
+	// stream breaks and reconnects forever without the resource ever being
+	// seen or NACKed. Envoy has no such limit either.
+	opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxResponseSize)))
+	cc, err = grpc.NewClient(ch.server.ServerURI, opts...)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	return cc, cleanup, nil
 }
 
 // runStream runs one ADS stream until it fails. gotResponse says whether it

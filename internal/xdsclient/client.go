@@ -232,8 +232,9 @@ func (c *Client) Shutdown() {
 // Close stops the client as Shutdown does and waits until every goroutine
 // of the client has exited: no watcher callback runs after Close returns.
 // It must not be called from a watcher callback, whose return it would wait
-// for; call Shutdown there. Calling Close more than once, or concurrently,
-// is harmless; each call waits.
+// for; call Shutdown there. A channel whose credentials are still being
+// built exits once the build returns, so Close waits for it. Calling Close
+// more than once, or concurrently, is harmless; each call waits.
 func (c *Client) Close() {
 	c.Shutdown()
 	<-c.shutDown

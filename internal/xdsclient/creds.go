@@ -1,11 +1,13 @@
 package xdsclient
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sync"
 	"time"
@@ -205,10 +207,69 @@ func transportCredentials(s *bootstrap.ServerConfig) (credentials.TransportCrede
 		if _, _, err := r.current(); err != nil {
 			return nil, fmt.Errorf("tls channel credentials of management server %q: %w", s.ServerURI, err)
 		}
-		return credentials.NewTLS(r.tlsConfig()), nil
+		return &fileTLS{r: r}, nil
 	default:
 		return nil, fmt.Errorf("management server %q: unsupported channel credentials %q", s.ServerURI, s.ChannelCreds.Type)
 	}
+}
+
+// fileTLS are the "tls" channel credentials: grpc-go's TLS credentials over
+// a config made for each handshake, which verifies the server against the
+// roots current at that time and the name of the target.
+type fileTLS struct {
+	r *certFiles
+	// serverName, when set (OverrideServerName), is the name checked
+	// instead of the target's host.
+	serverName string
+}
+
+// ClientHandshake checks the server's certificate against the host of
+// authority (the target's, unless the channel overrides it), as grpc-go's
+// credentials.NewTLS does: an IP literal against the certificate's IP SANs,
+// a DNS name against its DNS SANs. The name is fixed here, not read back
+// from the connection state: Go sends no SNI for an IP literal, so the
+// state's ServerName is then empty and would check nothing.
+func (c *fileTLS) ClientHandshake(ctx context.Context, authority string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	name := c.serverName
+	if name == "" {
+		name = hostOf(authority)
+	}
+	return credentials.NewTLS(c.r.tlsConfig(name)).ClientHandshake(ctx, authority, conn)
+}
+
+// ServerHandshake implements credentials.TransportCredentials; these are
+// client credentials only.
+func (c *fileTLS) ServerHandshake(net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, errors.New("xdsclient: tls channel credentials are client credentials")
+}
+
+// Info implements credentials.TransportCredentials.
+func (c *fileTLS) Info() credentials.ProtocolInfo {
+	return credentials.NewTLS(&tls.Config{ServerName: c.serverName}).Info()
+}
+
+// Clone implements credentials.TransportCredentials.
+func (c *fileTLS) Clone() credentials.TransportCredentials {
+	cc := *c
+	return &cc
+}
+
+// OverrideServerName implements credentials.TransportCredentials.
+//
+// Deprecated: as in grpc-go; use grpc.WithAuthority.
+func (c *fileTLS) OverrideServerName(name string) error {
+	c.serverName = name
+	return nil
+}
+
+// hostOf returns the host of a target's authority, as grpc-go's TLS
+// credentials take it: the authority itself when it has no port.
+func hostOf(authority string) string {
+	host, _, err := net.SplitHostPort(authority)
+	if err != nil {
+		return authority
+	}
+	return host
 }
 
 // certFiles reads the certificate files of gRFC A65 channel credentials and
@@ -222,16 +283,17 @@ type certFiles struct {
 	cert     *tls.Certificate // guarded by mu; nil when there is no certificate file
 }
 
-// tlsConfig returns a client config that verifies the server against the
-// current roots and presents the current certificate.
-func (r *certFiles) tlsConfig() *tls.Config {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+// tlsConfig returns a client config that verifies the server, named
+// serverName (a DNS name or an IP literal), against the current roots and
+// presents the current certificate.
+func (r *certFiles) tlsConfig(serverName string) *tls.Config {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
 	if r.files.CACertificateFile != "" {
 		// Verification is done in VerifyConnection, against the roots
 		// current at handshake time; Go's built-in verification would pin
 		// the roots of the first load.
 		cfg.InsecureSkipVerify = true
-		cfg.VerifyConnection = r.verify
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error { return r.verify(cs, serverName) }
 	}
 	if r.files.CertificateFile != "" {
 		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
@@ -242,8 +304,14 @@ func (r *certFiles) tlsConfig() *tls.Config {
 	return cfg
 }
 
-// verify checks the server's chain and name as crypto/tls would.
-func (r *certFiles) verify(cs tls.ConnectionState) error {
+// verify checks the server's chain and its name, serverName, as crypto/tls
+// would (x509.Certificate.VerifyHostname: an IP literal is matched against
+// the IP SANs). An empty name is refused, as crypto/tls refuses a config
+// with neither ServerName nor InsecureSkipVerify: it would check no name.
+func (r *certFiles) verify(cs tls.ConnectionState, serverName string) error {
+	if serverName == "" {
+		return errors.New("no server name to verify the management server's certificate against")
+	}
 	roots, _, err := r.current()
 	if err != nil {
 		return err
@@ -258,7 +326,7 @@ func (r *certFiles) verify(cs tls.ConnectionState) error {
 	_, err = cs.PeerCertificates[0].Verify(x509.VerifyOptions{
 		Roots:         roots,
 		Intermediates: inter,
-		DNSName:       cs.ServerName,
+		DNSName:       serverName,
 	})
 	return err
 }

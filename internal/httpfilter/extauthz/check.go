@@ -42,15 +42,21 @@ func (c *check) RunAfter(ctx context.Context) error {
 func (c *check) RunAfterContext(ctx context.Context) (context.Context, error) {
 	s, cfg := c.step, c.step.cfg
 	md, _ := metadata.FromIncomingContext(ctx) // a copy
-	cc, ok := cfg.service.Conn()
-	if !ok {
-		return s.failed(ctx, fmt.Errorf("no channel to authorization server %q", cfg.service.Target))
-	}
 	callCtx := ctx
 	if cfg.service.Timeout > 0 {
 		var cancel context.CancelFunc
 		callCtx, cancel = context.WithTimeout(ctx, cfg.service.Timeout)
 		defer cancel()
+	}
+	// The first checks of a new channel wait here, within the check's
+	// timeout, for its credentials to be built.
+	cc, err := cfg.service.Conn(callCtx)
+	if err != nil {
+		if ctx.Err() != nil {
+			s.count(ctx, outcomeFailed)
+			return ctx, status.FromContextError(ctx.Err()).Err()
+		}
+		return s.failed(ctx, err)
 	}
 	if cfg.service.Metadata != nil {
 		callCtx = metadata.NewOutgoingContext(callCtx, cfg.service.Metadata)
