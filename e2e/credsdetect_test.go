@@ -7,16 +7,24 @@ package e2e_test
 // plaintext).
 
 import (
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/proxyless-grpc/xds"
+	"github.com/proxyless-grpc/xds/admin"
+	"github.com/proxyless-grpc/xds/internal/testutils"
+	"github.com/proxyless-grpc/xds/internal/testutils/testcerts"
 )
 
 // Option types a program may carry gRPC's options in: gRPC applies the
@@ -80,5 +88,63 @@ func TestCredsDetect_WrappedGRPCGoXDSCreds(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCredsDetect_UnreadableRefusesTLS: credentials the server cannot tell
+// (grpc-go's credentials/xds wrapped deeper than it follows, which gRPC
+// still applies: with their plaintext fallback on every connection of this
+// server) make it say so, at startup and per Listener version, and refuse
+// the connections of the chain that asks for TLS, closed without a byte,
+// counted, and shown on the status page; the chain without
+// transport_socket is served.
+func TestCredsDetect_UnreadableRefusesTLS(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	pki := newTestPKI(t)
+	env := newTLSTestEnv(t, pki, time.Hour)
+	mr := testutils.NewMetricReader(t)
+	var deep grpc.ServerOption = grpc.Creds(grpcGoXDSCreds(t))
+	for range 64 {
+		deep = &wrappedOpt{deep}
+	}
+	before := logs.Count("W", "cannot tell which transport credentials", "wrappedOpt", "REFUSED")
+	s := env.newServer(t, deep, xds.MeterProvider(mr.Provider))
+	if n := logs.Count("W", "cannot tell which transport credentials", "wrappedOpt", "REFUSED"); n <= before {
+		t.Errorf("NewGRPCServer logged no warning that it cannot tell the credentials")
+	}
+	hs := httptest.NewServer(admin.NewStatusHandler(s.GRPCServer))
+	t.Cleanup(hs.Close)
+	lis, _ := listen(t, "127.0.0.1")
+	addr := lis.Addr()
+	plainFrom2 := chainSpec{name: "plain", match: &listenerpb.FilterChainMatch{SourcePrefixRanges: []*corepb.CidrRange{cidr("127.0.0.2/32")}}}
+	l := withTransportSocket(t, testListener(addr, []chainSpec{{name: "tls"}, plainFrom2}, nil), "tls", downstreamTLS(true, true))
+	env.update(ctx, t, []*listenerpb.Listener{l}, nil)
+	s.serveOn(lis)
+	s.modes.wait(ctx, t, addr, connectivity.ServingModeServing)
+	logs.WaitCount(ctx, t, 1, "W", l.GetName(), "REFUSED", "cannot tell", `"tls"`)
+
+	// The TLS chain: closed unserved, not served in plaintext.
+	expectClosedNoBytes(t, addr, "127.0.0.1")
+	mr.WaitForValue(ctx, t, "grpc.xds_server.connections.rejected", 1,
+		attribute.String("grpc.xds_server.listener", addr.String()), attribute.String("grpc.xds_server.reason", "unknown_credentials"))
+	client := pki.ca.Issue(t, testcerts.LeafOptions{CommonName: "client"})
+	dialFails(ctx, t, addr, "127.0.0.1", tlsClientCreds(pki.ca.Pool, client))
+
+	// The chain without transport_socket is served, by the credentials'
+	// fallback.
+	p := newClient(t, addr, "127.0.0.2", 0)
+	if code := p.emptyCall(ctx); code != codes.OK {
+		t.Fatalf("plaintext EmptyCall on the chain without transport_socket: %v, want OK", code)
+	}
+
+	text := waitForText(ctx, t, hs.URL+"/", "TLS connections refused.")
+	for _, want := range []string{"cannot tell which transport credentials", "REFUSED: mTLS asked for"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("status page lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "TLS not applied") {
+		t.Errorf("status page says TLS is not applied (served without it), want refused:\n%s", text)
 	}
 }
