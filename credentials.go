@@ -69,18 +69,24 @@ func NewServerCredentials(opts ServerOptions) (credentials.TransportCredentials,
 //     they behave exactly like NewServerCredentials with the same fallback;
 //   - any other credentials (or none: plaintext) are used as they are, as
 //     gRFC A29 says, and so.nonXDSCreds describes them, so that listeners
-//     report every chain whose TLS they do not apply.
+//     report every chain whose TLS they do not apply;
+//   - credentials the options do not let it read (an option of the
+//     program's that cannot be followed, or a grpc-go release that changed
+//     its option types) could be any of those, grpc-go's xDS credentials,
+//     with their plaintext fallback, included: so.unknownCreds says why,
+//     and listeners refuse the connections of chains that ask for TLS
+//     rather than risk serving them in plaintext.
+//
+// grpccompat.ServerCreds follows options wrapped in the program's own types
+// (a struct embedding grpc.ServerOption), as gRPC applies them.
 func (so *serverOptions) resolveCreds() {
 	creds, err := grpccompat.ServerCreds(so.grpcOpts)
 	switch {
 	case err != nil:
-		// Only a grpc-go release that changed its option types gets here
-		// (internal/grpcopts' tests fail on it first). Assume the worst,
-		// loudly: chains asking for TLS are then reported as not getting
-		// it.
-		serverlog.Component.Errorf("xds: cannot tell which transport credentials the server options set (%v); "+
-			"if they are google.golang.org/grpc/credentials/xds they may serve plaintext where the control plane asks for TLS: use xds.NewServerCredentials", err)
-		so.nonXDSCreds = "unknown (the grpc.ServerOptions could not be read)"
+		serverlog.Component.Warningf("xds: cannot tell which transport credentials the server options set (%v): "+
+			"connections to filter chains whose transport_socket asks for TLS will be REFUSED, since they might be served in plaintext; "+
+			"pass grpc.Creds(xds.NewServerCredentials(...)) to NewGRPCServer as an option of its own", err)
+		so.unknownCreds = err.Error()
 	case security.IsCredentials(creds):
 	case usesXDS(creds):
 		serverlog.Component.Infof("xds: the server credentials are google.golang.org/grpc/credentials/xds: filter chains' TLS is served by this library's xDS credentials, with them as the fallback")

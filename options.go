@@ -177,6 +177,10 @@ type serverOptions struct {
 	// are not xDS credentials (a filter chain's transport_socket is then
 	// not applied, gRFC A29); empty when they are. Set by resolveCreds.
 	nonXDSCreds string
+	// unknownCreds says why the transport credentials of grpcOpts could
+	// not be told (filter chains that ask for TLS are then refused); empty
+	// when they could. Set by resolveCreds.
+	unknownCreds string
 	// grpcOpts are every option that is not this package's, in order; they
 	// are given to every grpc.Server the GRPCServer creates.
 	grpcOpts []grpc.ServerOption

@@ -75,7 +75,14 @@ type GRPCServer struct {
 // transport_socket is served with those credentials (gRFC A29); the server
 // then warns once per Listener version, counts each such connection in
 // grpc.xds_server.connections.tls_not_applied, and says so on the status
-// page.
+// page. The credentials are found in grpc.Creds however it is passed,
+// inside a type of the program's that embeds grpc.ServerOption included.
+// If the options do not let the server tell which credentials they set,
+// it warns, and refuses the connections of every filter chain whose
+// transport_socket asks for TLS (counted in
+// grpc.xds_server.connections.rejected with reason unknown_credentials,
+// and shown on the status page) rather than risk serving them in
+// plaintext.
 //
 // The server owns the tap handle of its grpc.Servers: it routes every RPC
 // there (see the package documentation), so grpc.InTapHandle cannot be
@@ -214,8 +221,9 @@ func (s *GRPCServer) Serve(lis net.Listener) error {
 			DrainGrace:  s.opts.drainGrace,
 			DrainJitter: s.opts.drainJitter,
 		},
-		Metrics:     s.opts.metrics.Listener(addr.String()),
-		NonXDSCreds: s.opts.nonXDSCreds,
+		Metrics:      s.opts.metrics.Listener(addr.String()),
+		NonXDSCreds:  s.opts.nonXDSCreds,
+		UnknownCreds: s.opts.unknownCreds,
 	})
 	s.lis[l] = struct{}{}
 	s.mu.Unlock()

@@ -46,6 +46,9 @@ type listenerView struct {
 	// TLSNotApplied is set when some chain asks for TLS that the server's
 	// credentials (described) do not give.
 	TLSNotApplied string
+	// TLSRefused is set when some chain asks for TLS and the server
+	// cannot tell its credentials (why): its connections are refused.
+	TLSRefused string
 }
 
 // resourceView is an xDS resource as the client holds it.
@@ -64,7 +67,7 @@ type chainView struct {
 	Match      []string
 	Security   string
 	SecurityOf string
-	NoTLS      bool // the chain asks for TLS that is not applied
+	NoTLS      bool // the chain asks for TLS that is not applied, or refused
 	Routes     routesView
 	Filters    []filterView
 	Live       int
@@ -159,7 +162,12 @@ func buildListener(st *status.Server, l status.Listener) listenerView {
 			src = lis.GetFilterChains()[i]
 		}
 		cv := buildChain(st, c, src, counted)
-		if c.Chain.Security != nil && l.NonXDSCreds != "" {
+		switch {
+		case c.Chain.Security != nil && l.UnknownCreds != "":
+			cv.NoTLS = true
+			cv.Security = "REFUSED: " + cv.Security + " asked for, and the server cannot tell its credentials"
+			v.TLSRefused = l.UnknownCreds
+		case c.Chain.Security != nil && l.NonXDSCreds != "":
 			cv.NoTLS = true
 			cv.Security = "NOT APPLIED: " + cv.Security + " asked for, served with the server's credentials"
 			v.TLSNotApplied = l.NonXDSCreds
@@ -393,6 +401,7 @@ ul { margin: 0; padding-left: 1.2em; }
 <tr><th>Last NACK</th><td>{{with .Resource.NACK}}<span class="nack">version {{.Version}}, {{.Time}}: {{.Reason}}</span>{{else}}<span class="muted">none</span>{{end}}</td></tr>
 </table>
 {{if .NoneApplied}}<p class="muted">No Listener applied: connections are closed at once.</p>{{end}}
+{{if .TLSRefused}}<p class="nack" id="tls-refused"><b>TLS connections refused.</b> The control plane asks for TLS on filter chains marked below, but the server cannot tell which transport credentials its options set ({{.TLSRefused}}): they might serve those chains in plaintext, so their connections are closed. Pass <code>grpc.Creds(xds.NewServerCredentials(...))</code> to <code>NewGRPCServer</code> as an option of its own.</p>{{end}}
 {{if .TLSNotApplied}}<p class="nack" id="tls-not-applied"><b>TLS not applied.</b> The control plane asks for TLS on filter chains marked below, but the server's transport credentials are not xDS credentials ({{.TLSNotApplied}}): their connections are served with those credentials instead (gRFC A29). Pass <code>grpc.Creds(xds.NewServerCredentials(...))</code> to <code>NewGRPCServer</code>.</p>{{end}}
 {{range .Chains}}
 <h3>Filter chain {{.Name}}{{if .Default}} (default){{end}}</h3>

@@ -28,6 +28,13 @@
 // v1.85 lays out its options, so every step checks the shape it expects and
 // fails with ErrUnknownShape, never with a wrong answer; the package's tests
 // pin the shape against the grpc-go the module builds with.
+//
+// An option of another package takes effect through the field it embeds
+// that gRPC's unexported method is promoted from (a grpc.ServerOption, or
+// a type that embeds one, at any depth): that field is read as gRPC would
+// call it, so grpc.Creds inside a user's wrapper type is found. An option
+// that cannot be followed (wrapped deeper than maxDepth) fails with
+// ErrUnreadable.
 package grpccompat
 
 import (
@@ -44,23 +51,36 @@ import (
 // expects: grpc-go changed its option types.
 var ErrUnknownShape = errors.New("grpc.ServerOption is not laid out as grpc-go v1.85 lays it out")
 
+// ErrUnreadable means an option of another package could not be followed
+// to the gRPC option it wraps: it may set credentials.
+var ErrUnreadable = errors.New("a grpc.ServerOption wraps another beyond what can be read")
+
+// maxDepth bounds how deep options are followed through wrapper types and
+// joined lists: far more than any program nests them, and a bound for a
+// value that wraps itself.
+const maxDepth = 16
+
 // grpcPkg is the package whose options are read; a variable for the tests
 // of the error paths.
 var grpcPkg = "google.golang.org/grpc"
 
-var credsType = reflect.TypeFor[credentials.TransportCredentials]()
+var (
+	credsType  = reflect.TypeFor[credentials.TransportCredentials]()
+	optionType = reflect.TypeFor[grpc.ServerOption]()
+)
 
 // ServerCreds returns the transport credentials opts set, as a grpc.Server
 // built with opts would use them: the last grpc.Creds wins, and nil means
 // none was given (gRPC then serves plaintext). Options of other packages
-// (types embedding grpc.EmptyServerOption) set no credentials. The error
-// wraps ErrUnknownShape when an option of package grpc is not laid out as
-// expected.
+// are followed to the option they embed (grpc.EmptyServerOption sets
+// nothing). The error wraps ErrUnknownShape when an option of package grpc
+// is not laid out as expected, ErrUnreadable when an option of another
+// package cannot be followed: the credentials are then unknown.
 func ServerCreds(opts []grpc.ServerOption) (credentials.TransportCredentials, error) {
 	var s *settings
 	for _, o := range opts {
 		var err error
-		if s, err = apply(s, reflect.ValueOf(o)); err != nil {
+		if s, err = apply(s, reflect.ValueOf(o), 0); err != nil {
 			return nil, err
 		}
 	}
@@ -86,23 +106,27 @@ func (s *settings) creds() (credentials.TransportCredentials, error) {
 	return c, nil
 }
 
-// apply applies the option o to s (made if nil) and returns s.
-func apply(s *settings, o reflect.Value) (*settings, error) {
+// apply applies the option o, depth wrappers or lists deep, to s (made if
+// nil) and returns s.
+func apply(s *settings, o reflect.Value, depth int) (*settings, error) {
 	if o.Kind() == reflect.Interface {
-		o = o.Elem() // an element of a joined list
+		o = o.Elem() // an element of a joined list, an embedded option
 	}
 	if !o.IsValid() {
 		return s, nil // a nil option: grpc.NewServer would panic on it, not our concern
+	}
+	if depth > maxDepth {
+		return nil, fmt.Errorf("%w: %v is wrapped more than %d deep", ErrUnreadable, o.Type(), maxDepth)
 	}
 	t := o.Type()
 	if t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
 	if t.PkgPath() != grpcPkg {
-		// Only package grpc can implement ServerOption's unexported method
-		// with an effect; another package's option embeds
-		// grpc.EmptyServerOption (this library's own, grpc-go's xDS ones).
-		return s, nil
+		// Only package grpc can implement ServerOption's unexported
+		// method; another package's option has it promoted from a field
+		// it embeds, which gRPC calls: follow it.
+		return applyEmbedded(s, o, depth)
 	}
 	switch t.Name() {
 	case "EmptyServerOption":
@@ -121,7 +145,7 @@ func apply(s *settings, o reflect.Value) (*settings, error) {
 		list = exported(list)
 		var err error
 		for i := range list.Len() {
-			if s, err = apply(s, list.Index(i)); err != nil {
+			if s, err = apply(s, list.Index(i), depth+1); err != nil {
 				return nil, err
 			}
 		}
@@ -130,6 +154,85 @@ func apply(s *settings, o reflect.Value) (*settings, error) {
 		return applyFunc(s, o)
 	}
 	return nil, fmt.Errorf("%w: unknown option type %v", ErrUnknownShape, o.Type())
+}
+
+// applyEmbedded applies o, an option of another package, to s: the field
+// gRPC's method is promoted from is applied in its place.
+func applyEmbedded(s *settings, o reflect.Value, depth int) (*settings, error) {
+	if o.Kind() == reflect.Pointer {
+		if o.IsNil() {
+			return s, nil // gRPC would panic on it, as on a nil option
+		}
+		o = o.Elem()
+	}
+	if o.Kind() != reflect.Struct {
+		return nil, fmt.Errorf("%w: %v implements grpc.ServerOption without a struct to embed it in", ErrUnreadable, o.Type())
+	}
+	i, _, ok := promotedFrom(o.Type(), maxDepth-depth)
+	if !ok {
+		return nil, fmt.Errorf("%w: cannot tell which field of %v gRPC's option method comes from", ErrUnreadable, o.Type())
+	}
+	if !o.CanAddr() {
+		// A struct held by value: copy it where its unexported fields can
+		// be read.
+		c := reflect.New(o.Type()).Elem()
+		c.Set(o)
+		o = c
+	}
+	return apply(s, exported(o.Field(i)), depth+1)
+}
+
+// promotedFrom returns the index of the embedded field of struct type t
+// that grpc.ServerOption's method is promoted from, and how many embedded
+// fields deep the method is declared (gRPC's type, or an interface): the
+// shallowest, which must be unique, as Go's selector rules say. It looks at
+// most budget levels deep.
+func promotedFrom(t reflect.Type, budget int) (field, depth int, ok bool) {
+	if budget <= 0 {
+		return 0, 0, false
+	}
+	field, depth = -1, -1
+	tie := false
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.Anonymous {
+			continue
+		}
+		d, ok := methodDepth(f.Type, budget-1)
+		if !ok {
+			continue
+		}
+		switch {
+		case depth < 0 || d < depth:
+			field, depth, tie = i, d, false
+		case d == depth:
+			tie = true
+		}
+	}
+	if field < 0 || tie {
+		return 0, 0, false
+	}
+	return field, depth + 1, true
+}
+
+// methodDepth reports whether the embedded type t has grpc.ServerOption's
+// method, and how deep below t it is declared.
+func methodDepth(t reflect.Type, budget int) (int, bool) {
+	if !t.Implements(optionType) && !reflect.PointerTo(t).Implements(optionType) {
+		return 0, false
+	}
+	e := t
+	if e.Kind() == reflect.Pointer {
+		e = e.Elem()
+	}
+	switch {
+	case t.Kind() == reflect.Interface || e.PkgPath() == grpcPkg:
+		return 0, true
+	case e.Kind() != reflect.Struct:
+		return 0, false // no type of another package but a struct can embed it
+	}
+	_, d, ok := promotedFrom(e, budget)
+	return d, ok
 }
 
 // applyFunc runs the function of a funcServerOption on s.

@@ -2,6 +2,7 @@ package grpccompat_test
 
 import (
 	"crypto/tls"
+	"errors"
 	"testing"
 	"time"
 
@@ -95,5 +96,93 @@ func TestNilOptions(t *testing.T) {
 	got, err := grpccompat.ServerCreds([]grpc.ServerOption{nil, e})
 	if err != nil || got != nil {
 		t.Fatalf("ServerCreds = %v, %v; want nil, nil", got, err)
+	}
+}
+
+// Option types of a program that wrap gRPC's options, as Go lets them:
+// gRPC's unexported method is promoted from the field they embed.
+type (
+	// embedded wraps one option.
+	embedded struct{ grpc.ServerOption }
+	// outer wraps a wrapper, by value or by pointer.
+	outer    struct{ embedded }
+	outerPtr struct{ *embedded }
+	// hidden embeds an unexported type.
+	hidden      struct{ hiddenInner }
+	hiddenInner struct{ grpc.ServerOption }
+	// named embeds an interface of its own that embeds grpc.ServerOption.
+	named    struct{ namedOpt }
+	namedOpt interface{ grpc.ServerOption }
+	// shallower has the method at two depths: the shallower is the one Go
+	// (and so gRPC) calls.
+	shallower struct {
+		grpc.ServerOption
+		outer
+	}
+	// unembedded holds an option in a named field: gRPC never applies it.
+	unembedded struct {
+		grpc.EmptyServerOption
+		opt grpc.ServerOption
+	}
+)
+
+// TestServerCredsWrapped: credentials set by grpc.Creds inside the
+// program's own option types, however they embed it, are found, as gRPC
+// applies them: grpc-go's xDS credentials included.
+func TestServerCredsWrapped(t *testing.T) {
+	ins := insecure.NewCredentials()
+	tlsCreds := credentials.NewTLS(&tls.Config{})
+	xdsCreds, err := grpcxdscreds.NewServerCredentials(grpcxdscreds.ServerOptions{FallbackCreds: ins})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := grpc.Creds(xdsCreds)
+	tests := []struct {
+		name string
+		opts []grpc.ServerOption
+		want credentials.TransportCredentials
+	}{
+		{name: "embedded", opts: []grpc.ServerOption{embedded{x}}, want: xdsCreds},
+		{name: "embedded, pointer", opts: []grpc.ServerOption{&embedded{x}}, want: xdsCreds},
+		{name: "two wrappers", opts: []grpc.ServerOption{outer{embedded{x}}}, want: xdsCreds},
+		{name: "two wrappers, pointers", opts: []grpc.ServerOption{&outerPtr{&embedded{x}}}, want: xdsCreds},
+		{name: "unexported embedded type", opts: []grpc.ServerOption{hidden{hiddenInner{x}}}, want: xdsCreds},
+		{name: "embedded interface type", opts: []grpc.ServerOption{named{x}}, want: xdsCreds},
+		{name: "the shallower wins", opts: []grpc.ServerOption{shallower{ServerOption: x, outer: outer{embedded{grpc.Creds(tlsCreds)}}}}, want: xdsCreds},
+		{name: "the last wins", opts: []grpc.ServerOption{embedded{x}, grpc.Creds(ins)}, want: ins},
+		{name: "the last wins, wrapped", opts: []grpc.ServerOption{grpc.Creds(ins), &embedded{x}}, want: xdsCreds},
+		{name: "a named field is not applied", opts: []grpc.ServerOption{unembedded{opt: x}}, want: nil},
+		{name: "nil embedded option", opts: []grpc.ServerOption{embedded{}, (*embedded)(nil)}, want: nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := grpccompat.ServerCreds(tc.opts)
+			if err != nil {
+				t.Fatalf("ServerCreds: %v", err)
+			}
+			if got != tc.want {
+				t.Fatalf("ServerCreds = %T %p, want %T %p", got, got, tc.want, tc.want)
+			}
+		})
+	}
+}
+
+// TestServerCredsUnreadable: an option that cannot be followed to the end
+// (wrapped too deep, or wrapping itself) is an ErrUnreadable, never a
+// guess.
+func TestServerCredsUnreadable(t *testing.T) {
+	var deep grpc.ServerOption = grpc.Creds(insecure.NewCredentials())
+	for range 64 {
+		deep = embedded{deep}
+	}
+	loop := &embedded{}
+	loop.ServerOption = loop
+	for name, o := range map[string]grpc.ServerOption{"64 deep": deep, "wraps itself": loop} {
+		t.Run(name, func(t *testing.T) {
+			got, err := grpccompat.ServerCreds([]grpc.ServerOption{o})
+			if !errors.Is(err, grpccompat.ErrUnreadable) {
+				t.Fatalf("ServerCreds = %v, %v; want an ErrUnreadable", got, err)
+			}
+		})
 	}
 }

@@ -42,7 +42,7 @@ func TestChangedShapesAreErrors(t *testing.T) {
 			var s *settings
 			var err error
 			for _, o := range opts {
-				if s, err = apply(s, o); err != nil {
+				if s, err = apply(s, o, 0); err != nil {
 					break
 				}
 			}

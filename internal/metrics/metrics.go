@@ -55,11 +55,15 @@ const (
 	// AttrListener is the address of the listener passed to Serve, as
 	// "ip:port".
 	AttrListener = "grpc.xds_server.listener"
-	// AttrReason is why a connection was rejected: ReasonNotServing or
-	// ReasonNoFilterChain.
+	// AttrReason is why a connection was rejected: ReasonNotServing,
+	// ReasonNoFilterChain or ReasonUnknownCredentials.
 	AttrReason          = "grpc.xds_server.reason"
 	ReasonNotServing    = "not_serving"
 	ReasonNoFilterChain = "no_filter_chain"
+	// ReasonUnknownCredentials: the filter chain asks for TLS and the
+	// server cannot tell its transport credentials, which might serve it
+	// in plaintext.
+	ReasonUnknownCredentials = "unknown_credentials"
 )
 
 // Server holds the instruments of one xDS server.
@@ -99,7 +103,7 @@ func NewServer(mp metric.MeterProvider) *Server {
 		metric.WithDescription("Connections accepted by the listener."))
 	keep(err)
 	s.rejected, err = m.Int64Counter(ConnectionsRejected, metric.WithUnit("{connection}"),
-		metric.WithDescription("Accepted connections closed without a byte written: the listener was not serving, or no filter chain matched."))
+		metric.WithDescription("Accepted connections closed without a byte written: the listener was not serving, no filter chain matched, or the chain asks for TLS and the server cannot tell its credentials."))
 	keep(err)
 	s.drains, err = m.Int64Counter(Drains, metric.WithUnit("{drain}"),
 		metric.WithDescription("Configuration changes that started draining connections of the listener."))
@@ -126,6 +130,7 @@ func (s *Server) Listener(addr string) *Listener {
 		attrs:      addWith(lis),
 		notServing: addWith(lis, attribute.String(AttrReason, ReasonNotServing)),
 		noChain:    addWith(lis, attribute.String(AttrReason, ReasonNoFilterChain)),
+		noCreds:    addWith(lis, attribute.String(AttrReason, ReasonUnknownCredentials)),
 	}
 }
 
@@ -136,6 +141,7 @@ type Listener struct {
 	attrs      []metric.AddOption // the listener
 	notServing []metric.AddOption // the listener, reason not_serving
 	noChain    []metric.AddOption // the listener, reason no_filter_chain
+	noCreds    []metric.AddOption // the listener, reason unknown_credentials
 }
 
 // ServingChanged records a serving state change: +1 when the listener
@@ -166,6 +172,14 @@ func (l *Listener) RejectedNotServing() {
 func (l *Listener) RejectedNoFilterChain() {
 	if l != nil && l.s.rejected != nil {
 		l.s.rejected.Add(context.Background(), 1, l.noChain...)
+	}
+}
+
+// RejectedUnknownCreds counts a connection closed because its filter
+// chain asks for TLS and the server cannot tell its credentials.
+func (l *Listener) RejectedUnknownCreds() {
+	if l != nil && l.s.rejected != nil {
+		l.s.rejected.Add(context.Background(), 1, l.noCreds...)
 	}
 }
 

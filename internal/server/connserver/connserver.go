@@ -260,10 +260,19 @@ func (cs *ChainServer) Routes() *rpcpath.Source { return cs.routes }
 type Server struct {
 	srv      *grpc.Server // immutable
 	reusable bool         // immutable; false when the options are the connection's own
+	// stopped is set before the server is stopped or gracefully stopped,
+	// under its chain server's mu by the package (Stop, for a server no
+	// chain server holds, without), and never cleared: a stopped server is
+	// never kept idle.
+	stopped atomic.Bool
 }
 
-// Stop stops the server (and closes its connection if it has one).
-func (s *Server) Stop() { s.srv.Stop() }
+// Stop stops the server (and closes its connection if it has one). For a
+// server that Add did not take.
+func (s *Server) Stop() {
+	s.stopped.Store(true)
+	s.srv.Stop()
+}
 
 // NewServer returns a server for one connection of the chain: an idle one
 // when there is one, else a new grpc.Server with the user's options, the
@@ -272,15 +281,26 @@ func (s *Server) Stop() { s.srv.Stop() }
 // Hand it to Add.
 func (cs *ChainServer) NewServer() *Server {
 	cs.mu.Lock()
-	if n := len(cs.idle); n > 0 {
+	for n := len(cs.idle); n > 0; n = len(cs.idle) {
 		s := cs.idle[n-1]
 		cs.idle[n-1] = nil
 		cs.idle = cs.idle[:n-1]
-		cs.mu.Unlock()
 		cs.g.idle.Add(-1)
+		if s.stopped.Load() {
+			// keepIdle takes no stopped server and nothing stops an idle
+			// one: never here. Were it, the server could not serve.
+			cs.g.opts.Log.Warningf("filter chain %q: a stopped server was idle; not reused", cs.chain.Name)
+			continue
+		}
+		cs.mu.Unlock()
 		return s
 	}
 	cs.mu.Unlock()
+	return cs.newServer()
+}
+
+// newServer returns a new server for one connection of the chain.
+func (cs *ChainServer) newServer() *Server {
 	s := &Server{srv: grpc.NewServer(cs.rpc.ConnOptions(cs.grpcOpts)...), reusable: !cs.rpc.PerConn()}
 	for _, svc := range cs.g.opts.Services {
 		s.srv.RegisterService(svc.Desc, svc.Impl)
@@ -289,12 +309,14 @@ func (cs *ChainServer) NewServer() *Server {
 }
 
 // keepIdle keeps s, whose connection closed on its own, for the chain's
-// next connection, unless the chain left service, the listener is closing
-// (a hard close stops the servers of connections that are not draining:
-// s may be stopping), or enough servers are idle; it reports whether it
-// did. Called with cs.mu held.
+// next connection, unless s was stopped (or is being stopped), the chain
+// left service, the listener is closing (a hard close stops the servers of
+// connections that are not draining: s may be stopping), or enough servers
+// are idle; it reports whether it did. Called with cs.mu held: the servers
+// the package stops are marked stopped under it, so the pool only ever
+// holds servers that can serve.
 func (cs *ChainServer) keepIdle(s *Server) bool {
-	if !s.reusable || cs.retired || len(cs.idle) >= maxIdle || cs.g.closing.HasFired() || cs.g.hardStop.HasFired() {
+	if !s.reusable || s.stopped.Load() || cs.retired || len(cs.idle) >= maxIdle || cs.g.closing.HasFired() || cs.g.hardStop.HasFired() {
 		return false
 	}
 	if cs.g.idle.Add(1) > maxIdleGroup {
@@ -305,11 +327,15 @@ func (cs *ChainServer) keepIdle(s *Server) bool {
 	return true
 }
 
-// takeIdle removes and returns the idle servers. Called with cs.mu held.
+// takeIdle removes and returns the idle servers, marked stopped: the
+// caller stops them. Called with cs.mu held.
 func (cs *ChainServer) takeIdle() []*Server {
 	idle := cs.idle
 	cs.idle = nil
 	cs.g.idle.Add(-int32(len(idle)))
+	for _, s := range idle {
+		s.stopped.Store(true)
+	}
 	return idle
 }
 
@@ -343,7 +369,8 @@ func (cs *ChainServer) connClosed(tc *Conn) {
 	if !tc.draining && !cs.keepIdle(tc.srv) {
 		// A draining connection's server is stopped by its drain.
 		srv := tc.srv
-		cs.g.reaper.TrySchedule(func(context.Context) { srv.Stop() })
+		srv.stopped.Store(true)
+		cs.g.reaper.TrySchedule(func(context.Context) { srv.srv.Stop() })
 	}
 	gone := cs.retired && len(cs.conns) == 0
 	cs.mu.Unlock()
@@ -413,7 +440,7 @@ func (cs *ChainServer) Retire() {
 	}
 	gone := len(cs.conns) == 0
 	for _, s := range cs.takeIdle() {
-		cs.g.reaper.TrySchedule(func(context.Context) { s.Stop() })
+		cs.g.reaper.TrySchedule(func(context.Context) { s.srv.Stop() })
 	}
 	cs.mu.Unlock()
 	if gone {
@@ -422,19 +449,26 @@ func (cs *ChainServer) Retire() {
 	cs.Drain(conns)
 }
 
-// Drain drains each of conns, unless already draining: a GOAWAY after a
-// random delay in [0, DrainJitter), then the connection is closed when its
-// RPCs have finished or the drain grace time is over. A drain started by a
-// graceful close has no jitter and no deadline; after a hard close,
-// connections are closed at once. One goroutine per drained connection,
-// owned by the Group.
+// Drain drains each of conns, unless already draining or closed: a GOAWAY
+// after a random delay in [0, DrainJitter), then the connection is closed
+// when its RPCs have finished or the drain grace time is over. A drain
+// started by a graceful close has no jitter and no deadline; after a hard
+// close, connections are closed at once. One goroutine per drained
+// connection, owned by the Group.
+//
+// conns were picked earlier (under the listener's lock), so some may have
+// closed on their own since, their servers kept idle or already serving
+// the chain's next connection: those are not drained, or that drain would
+// stop a server the pool or another connection holds. Whether a connection
+// is drained or its server kept is decided under cs.mu (here and in
+// connClosed), so exactly one of them happens.
 func (cs *ChainServer) Drain(conns []*Conn) {
 	g := cs.g
 	deadline := !g.closing.HasFired()
 	cs.mu.Lock()
 	todo := conns[:0:0]
 	for _, c := range conns {
-		if !c.draining {
+		if _, open := cs.conns[c]; open && !c.draining {
 			c.draining = true
 			todo = append(todo, c)
 		}
@@ -459,11 +493,12 @@ func (cs *ChainServer) stopAll() {
 	cs.mu.Lock()
 	srvs := cs.takeIdle()
 	for c := range cs.conns {
+		c.srv.stopped.Store(true)
 		srvs = append(srvs, c.srv)
 	}
 	cs.mu.Unlock()
 	for _, srv := range srvs {
-		srv.Stop()
+		srv.srv.Stop()
 	}
 }
 
@@ -486,8 +521,11 @@ const maxStartWait = time.Second
 // read.
 type Conn struct {
 	*conn
-	cs      *ChainServer  // immutable
-	srv     *Server       // immutable
+	cs *ChainServer // immutable
+	// srv serves the connection. Serve replaces it (under cs.mu) when it
+	// turns out stopped before it took the connection; others read it
+	// under cs.mu, Serve without.
+	srv     *Server
 	started chan struct{} // closed once gRPC serves the conn, or it closed
 	served  chan struct{} // closed once Serve has returned
 	// startOnce closes started.
@@ -529,11 +567,66 @@ func (c *Conn) HandshakeDeadline() time.Time {
 // one-connection listener has given its connection (gRPC serves it on its
 // own goroutines), so this does not block; a server may be handed one
 // connection after another this way.
+//
+// A server stopped before it took c (Serve returns grpc.ErrServerStopped)
+// leaves c with Serve: a draining connection, or one of a chain or listener
+// going away, is closed; any other is served by a new server, since a
+// stopped server kept idle by mistake would otherwise close every
+// connection of the chain handed to it.
 func (c *Conn) Serve() {
-	// The error only says that the one-connection listener is exhausted,
-	// or that the server was stopped (the listener then closes c).
-	c.srv.srv.Serve(&oneConnListener{c: c})
-	close(c.served)
+	defer close(c.served)
+	l := &oneConnListener{c: c}
+	err := c.srv.srv.Serve(l)
+	if l.handedOver() {
+		return // gRPC owns c; err only says the listener is exhausted
+	}
+	if errors.Is(err, grpc.ErrServerStopped) {
+		if srv := c.cs.replaceStopped(c); srv != nil {
+			l = &oneConnListener{c: c}
+			srv.srv.Serve(l)
+			if l.handedOver() {
+				return
+			}
+		}
+	}
+	// Stopped while Serve ran, or not replaced: c was never served.
+	c.Close()
+}
+
+// replaceStopped gives c, whose server was found stopped by Serve, a new
+// server, and returns it; nil if c is draining, the chain left service or
+// the listener is closing (c is then closed).
+func (cs *ChainServer) replaceStopped(c *Conn) *Server {
+	g := cs.g
+	cs.mu.Lock()
+	keep := !c.draining && !cs.retired && !g.closing.HasFired() && !g.hardStop.HasFired()
+	cs.mu.Unlock()
+	if !keep {
+		g.opts.Log.Infof("connection %v of filter chain %q: its server was stopped before it served the connection; closing it (draining, or its chain or listener going away)", c.Source(), cs.chain.Name)
+		return nil
+	}
+	srv := cs.newServer()
+	cs.mu.Lock()
+	keep = !c.draining && !cs.retired && !g.closing.HasFired() && !g.hardStop.HasFired()
+	if keep {
+		c.srv = srv
+	}
+	cs.mu.Unlock()
+	if !keep {
+		srv.Stop()
+		return nil
+	}
+	g.opts.Log.Warningf("connection %v of filter chain %q: its server was stopped before it served the connection (grpc.ErrServerStopped); serving it with a new server", c.Source(), cs.chain.Name)
+	return srv
+}
+
+// stopping returns c's server, marked stopped: its drain is about to stop
+// it.
+func (c *Conn) stopping() *Server {
+	c.cs.mu.Lock()
+	defer c.cs.mu.Unlock()
+	c.srv.stopped.Store(true)
+	return c.srv
 }
 
 // drain waits for delay, sends GOAWAY and waits for the connection's RPCs
@@ -550,12 +643,13 @@ func (c *Conn) drain(delay time.Duration, deadline bool) {
 	if delay > 0 {
 		g.wait(g.graceful.Done(), delay)
 	}
+	srv := c.stopping().srv
 	if g.hardStop.HasFired() {
-		c.srv.srv.Stop()
+		srv.Stop()
 		return
 	}
 	if !deadline {
-		c.srv.srv.GracefulStop()
+		srv.GracefulStop()
 		return
 	}
 	c.cs.mu.Lock()
@@ -564,10 +658,10 @@ func (c *Conn) drain(delay time.Duration, deadline bool) {
 	stopped := make(chan struct{})
 	t := g.opts.Clock.AfterFunc(g.opts.DrainGrace, func() {
 		g.opts.Log.Infof("drain grace time (%v) over: closing connection %v of filter chain %q", g.opts.DrainGrace, c.Source(), c.cs.chain.Name)
-		c.srv.srv.Stop()
+		srv.Stop()
 		close(stopped)
 	})
-	c.srv.srv.GracefulStop()
+	srv.GracefulStop()
 	if !t.Stop() {
 		<-stopped // the timer's function has run or is running: wait for it
 	}
@@ -581,26 +675,37 @@ var errOneConnDone = errors.New("xds: connection handed over")
 // returns the connection once, then fails, so Serve returns at once while
 // gRPC keeps serving the connection.
 type oneConnListener struct {
-	c     *Conn       // immutable; owned by gRPC once taken
-	taken atomic.Bool // set by the first Accept or Close
+	c *Conn // immutable; owned by gRPC once handed over
+	// state is listenerOpen, then listenerHandedOver (the first Accept) or
+	// listenerClosed (a Close before any Accept).
+	state atomic.Int32
 }
 
-// Accept returns the connection the first time, errOneConnDone after.
+const (
+	listenerOpen int32 = iota
+	listenerHandedOver
+	listenerClosed
+)
+
+// Accept returns the connection the first time, errOneConnDone after, or
+// once the listener is closed.
 func (l *oneConnListener) Accept() (net.Conn, error) {
-	if l.taken.Swap(true) {
+	if !l.state.CompareAndSwap(listenerOpen, listenerHandedOver) {
 		return nil, errOneConnDone
 	}
 	return l.c, nil
 }
 
-// Close closes the connection if it was never taken (the server was
-// stopped before Serve), else does nothing: gRPC owns it.
+// Close closes the listener. It leaves the connection alone: once handed
+// over gRPC owns it, and if it never was (the server was stopped before
+// or during Serve), Conn.Serve decides what becomes of it.
 func (l *oneConnListener) Close() error {
-	if !l.taken.Swap(true) {
-		l.c.Close()
-	}
+	l.state.CompareAndSwap(listenerOpen, listenerClosed)
 	return nil
 }
+
+// handedOver reports whether Accept gave the connection to gRPC.
+func (l *oneConnListener) handedOver() bool { return l.state.Load() == listenerHandedOver }
 
 // Addr returns the connection's local address.
 func (l *oneConnListener) Addr() net.Addr { return l.c.LocalAddr() }

@@ -406,3 +406,92 @@ func TestDrainBeforeStart(t *testing.T) {
 		}
 	})
 }
+
+// TestDrainRacesClose: a connection that closes on its own while its drain
+// is being started (the listener picked it to drain, under its lock, and it
+// closed before Drain ran) leaves its server in the chain's idle pool, and
+// that drain must not stop it: the chain's next connection, which the
+// server serves, whether it came before or after the drain started, is
+// served.
+func TestDrainRacesClose(t *testing.T) {
+	// A Listener whose one chain differs from the fixture's (same match,
+	// another ID): every connection of the fixture's chain is rerouted.
+	changed := e2e.DefaultServerListener("127.0.0.1", 8080, "")
+	changed.FilterChains[0].FilterChainMatch = &listenerpb.FilterChainMatch{DestinationPort: wrapperspb.UInt32(8080)}
+	for _, before := range []bool{false, true} {
+		name := "next connection after the drain"
+		if before {
+			name = "next connection before the drain"
+		}
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, Options{DrainGrace: time.Second})
+			c, cc := f.connect(peerA)
+			// The listener applies a new Listener: under its lock it picks
+			// the connections to drain...
+			picked := f.cs.Rerouted(compileTable(t, changed))
+			if len(picked) != 1 || picked[0] != c {
+				t.Fatalf("Rerouted() = %v, want the one connection", sources(picked))
+			}
+			// ...and before it calls Drain, the connection closes on its own.
+			cc.Close()
+			f.waitFor("the closed connection to be forgotten", func() bool { return f.cs.Stats() == Stats{} })
+			f.waitFor("its server to be idle", func() bool { return f.idle() == 1 })
+			var ncc *grpc.ClientConn
+			if before {
+				var next *Conn
+				next, ncc = f.connect(peerA)
+				if next.srv != c.srv {
+					t.Fatal("the next connection has a new server, want the idle one")
+				}
+			}
+			f.cs.Drain(picked)
+			f.g.wg.Wait() // every drain started has ended (none, or a stray one)
+			f.cs.mu.Lock()
+			for _, s := range f.cs.idle {
+				if s.stopped.Load() {
+					t.Error("a stopped server is in the idle pool")
+				}
+			}
+			f.cs.mu.Unlock()
+			if !before {
+				_, ncc = f.dial(peerA)
+			}
+			if err := f.call(ncc); err != nil {
+				t.Fatalf("RPC on the chain's next connection: %v, want success", err)
+			}
+			if got, want := f.cs.Stats(), (Stats{Live: 1}); got != want {
+				t.Errorf("Stats() = %+v, want %+v", got, want)
+			}
+		})
+	}
+}
+
+// TestServeStoppedIdleServer: should a server in a chain's idle pool be
+// stopped all the same, the connection handed to it (Serve returns
+// grpc.ErrServerStopped) is served by a new server, not closed.
+func TestServeStoppedIdleServer(t *testing.T) {
+	f := newFixture(t, Options{DrainGrace: time.Second})
+	_, cc := f.connect(peerA)
+	cc.Close()
+	f.waitFor("the server to be idle", func() bool { return f.idle() == 1 })
+	// A fault made on purpose: no path of the package leaves a stopped
+	// server in the pool, so the test stops the idle server (a real
+	// grpc.Server) behind the pool's back, as a bug would.
+	f.cs.mu.Lock()
+	stale := f.cs.idle[0]
+	f.cs.mu.Unlock()
+	stale.srv.Stop()
+	c, ncc := f.dial(peerA)
+	if err := f.call(ncc); err != nil {
+		t.Fatalf("RPC on the connection handed to a stopped server: %v, want success", err)
+	}
+	f.cs.mu.Lock()
+	srv := c.srv
+	f.cs.mu.Unlock()
+	if srv == stale {
+		t.Error("the connection is still with the stopped server, want a new one")
+	}
+	if got, want := f.cs.Stats(), (Stats{Live: 1}); got != want {
+		t.Errorf("Stats() = %+v, want %+v", got, want)
+	}
+}

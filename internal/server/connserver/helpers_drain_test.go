@@ -132,6 +132,22 @@ func (f *fixture) add(src netip.AddrPort) (*Conn, net.Conn) {
 // later reconnection attempts fail.
 func (f *fixture) connect(src netip.AddrPort) (*Conn, *grpc.ClientConn) {
 	f.t.Helper()
+	c, cc := f.dial(src)
+	cc.Connect()
+	for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
+		if !cc.WaitForStateChange(f.ctx, s) {
+			f.t.Fatalf("client over the pipe not READY: %v", s)
+		}
+	}
+	return c, cc
+}
+
+// dial adds and serves a connection from src, and returns it with a gRPC
+// client over it that has not connected yet: when the server closes the
+// connection, the client's first RPC fails at once instead of the test
+// waiting for READY. The client dials the pipe once.
+func (f *fixture) dial(src netip.AddrPort) (*Conn, *grpc.ClientConn) {
+	f.t.Helper()
 	c, peer := f.add(src)
 	c.Serve()
 	var dialed atomic.Bool
@@ -147,12 +163,6 @@ func (f *fixture) connect(src netip.AddrPort) (*Conn, *grpc.ClientConn) {
 		f.t.Fatalf("grpc.NewClient() failed: %v", err)
 	}
 	f.t.Cleanup(func() { cc.Close() })
-	cc.Connect()
-	for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
-		if !cc.WaitForStateChange(f.ctx, s) {
-			f.t.Fatalf("client over the pipe not READY: %v", s)
-		}
-	}
 	return c, cc
 }
 
@@ -179,6 +189,16 @@ func (f *fixture) startRPCReleased(cc *grpc.ClientConn) <-chan error {
 	f.t.Helper()
 	f.hold.releaseAll()
 	return f.startRPC(cc)
+}
+
+// call runs a Check on cc that returns as soon as it runs, and returns its
+// error: unlike startRPC, it fails at once (not waiting for the handler)
+// when the connection was closed.
+func (f *fixture) call(cc *grpc.ClientConn) error {
+	f.t.Helper()
+	f.hold.releaseAll()
+	_, err := healthgrpc.NewHealthClient(cc).Check(f.ctx, &healthpb.HealthCheckRequest{})
+	return err
 }
 
 // idle returns the number of idle servers of the chain server.

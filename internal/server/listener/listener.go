@@ -83,6 +83,12 @@ type Params struct {
 	// and the listener says so: a warning per Listener, a metric per
 	// connection, and its status.
 	NonXDSCreds string
+	// UnknownCreds, when not empty, says why the server cannot tell what
+	// its transport credentials are: they might serve a filter chain that
+	// asks for TLS in plaintext, so the connections of such chains are
+	// closed unserved, and the listener says so (a warning per Listener, a
+	// rejection metric per connection, and its status).
+	UnknownCreds string
 }
 
 // active is what the accept path serves with: the compiled Listener and
@@ -326,10 +332,11 @@ func (l *Listener) apply(r *xdsresource.Listener) {
 }
 
 // warnTLSNotApplied warns, once per applied Listener, when some of its
-// filter chains ask for TLS that the server's credentials do not give. Only
-// called on the serializer.
+// filter chains ask for TLS that the server's credentials do not give, or
+// may not give (their connections are then refused). Only called on the
+// serializer.
 func (l *Listener) warnTLSNotApplied(r *xdsresource.Listener) {
-	if l.p.NonXDSCreds == "" {
+	if l.p.NonXDSCreds == "" && l.p.UnknownCreds == "" {
 		return
 	}
 	var names []string
@@ -339,6 +346,12 @@ func (l *Listener) warnTLSNotApplied(r *xdsresource.Listener) {
 		}
 	}
 	if len(names) == 0 {
+		return
+	}
+	if l.p.UnknownCreds != "" {
+		l.log.Warningf("Listener %q: %d filter chain(s) ask for TLS (transport_socket), and their connections are REFUSED: the server cannot tell its transport credentials (%s), "+
+			"which might serve them in plaintext; pass grpc.Creds(xds.NewServerCredentials(...)) to NewGRPCServer as an option of its own. Chains: %s",
+			l.p.Name, len(names), l.p.UnknownCreds, strings.Join(names, ", "))
 		return
 	}
 	l.log.Warningf("Listener %q: %d filter chain(s) ask for TLS (transport_socket), which is NOT applied: the server's credentials are not xDS credentials (%s), so their connections are served with them (gRFC A29); "+
@@ -443,7 +456,7 @@ type modeState struct {
 // the Listener it serves with, and the connections of every chain server.
 // Safe to call from any goroutine.
 func (l *Listener) Status() status.Listener {
-	st := status.Listener{Addr: l.p.Lis.Addr(), Name: l.p.Name, Mode: connectivity.ServingModeStarting, Counted: l.obs.Counts.Snapshot(), NonXDSCreds: l.p.NonXDSCreds}
+	st := status.Listener{Addr: l.p.Lis.Addr(), Name: l.p.Name, Mode: connectivity.ServingModeStarting, Counted: l.obs.Counts.Snapshot(), NonXDSCreds: l.p.NonXDSCreds, UnknownCreds: l.p.UnknownCreds}
 	if m := l.modeNow.Load(); m != nil {
 		st.Mode, st.Err, st.Since = m.mode, m.err, m.since
 	}
@@ -606,6 +619,12 @@ func (l *Listener) handleConn(c net.Conn) {
 			if !cfg.loggedNoChain.Swap(true) {
 				l.log.Warningf("closing connection %v -> %v: no filter chain matches it and the Listener has no default chain (logged once per configuration)", src, dst)
 			}
+			return
+		}
+		if fc.Security != nil && l.p.UnknownCreds != "" {
+			// warnTLSNotApplied said why when the Listener was applied.
+			c.Close()
+			l.p.Metrics.RejectedUnknownCreds()
 			return
 		}
 		if fc.Security != nil && l.p.NonXDSCreds != "" {

@@ -65,6 +65,10 @@ type Listener struct {
 	// then served without the TLS it asks for (gRFC A29). Empty when they
 	// are xDS credentials.
 	NonXDSCreds string
+	// UnknownCreds says why the server cannot tell its transport
+	// credentials: the connections of filter chains with a
+	// transport_socket are then refused. Empty when it can.
+	UnknownCreds string
 }
 
 // Chain is one filter chain and the connections it serves.
