@@ -67,7 +67,7 @@ type authzCheck struct {
 	deadline    time.Time
 }
 
-func startAuthzServer(t *testing.T) *authzServer {
+func startAuthzServer(t *testing.T, opts ...grpc.ServerOption) *authzServer {
 	t.Helper()
 	a := &authzServer{}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -75,7 +75,7 @@ func startAuthzServer(t *testing.T) *authzServer {
 		t.Fatal(err)
 	}
 	a.addr = lis.Addr().String()
-	s := grpc.NewServer(grpc.StatsHandler(&connCounter{a: a}))
+	s := grpc.NewServer(append(opts, grpc.StatsHandler(&connCounter{a: a}))...)
 	authpb.RegisterAuthorizationServer(s, a)
 	go s.Serve(lis)
 	t.Cleanup(s.Stop)

@@ -9,11 +9,9 @@ package e2e_test
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 
-	authpb "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -31,17 +29,7 @@ import (
 // 127.0.0.1.
 func startTLSAuthzServer(t *testing.T, leaf *testcerts.Leaf) *authzServer {
 	t.Helper()
-	a := &authzServer{}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.addr = lis.Addr().String()
-	s := grpc.NewServer(grpc.Creds(credentials.NewServerTLSFromCert(&leaf.TLS)), grpc.StatsHandler(&connCounter{a: a}))
-	authpb.RegisterAuthorizationServer(s, a)
-	go s.Serve(lis)
-	t.Cleanup(s.Stop)
-	return a
+	return startAuthzServer(t, grpc.Creds(credentials.NewServerTLSFromCert(&leaf.TLS)))
 }
 
 // tlsAuthzEnv is authzEnv with target allowed with "tls" channel

@@ -46,11 +46,7 @@ func TestServerCreds(t *testing.T) {
 		otherOption{},
 		grpc.MaxConcurrentStreams(10),
 	}
-	tests := []struct {
-		name string
-		opts []grpc.ServerOption
-		want credentials.TransportCredentials
-	}{
+	tests := []credsCase{
 		{name: "none", opts: nil, want: nil},
 		{name: "no creds among others", opts: noise, want: nil},
 		{name: "TLS", opts: []grpc.ServerOption{grpc.Creds(tlsCreds)}, want: tlsCreds},
@@ -59,17 +55,7 @@ func TestServerCreds(t *testing.T) {
 		{name: "the last wins, back", opts: []grpc.ServerOption{grpc.Creds(xdsCreds), grpc.Creds(ins)}, want: ins},
 		{name: "set to nil", opts: []grpc.ServerOption{grpc.Creds(tlsCreds), grpc.Creds(nil)}, want: nil},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := grpccompat.ServerCreds(tc.opts)
-			if err != nil {
-				t.Fatalf("ServerCreds: %v", err)
-			}
-			if got != tc.want {
-				t.Fatalf("ServerCreds = %T %p, want %T %p", got, got, tc.want, tc.want)
-			}
-		})
-	}
+	runCredsCases(t, tests)
 }
 
 // TestGRPCGoXDSCredsRecognisable: grpc-go's xDS credentials say so with a
@@ -137,11 +123,7 @@ func TestServerCredsWrapped(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := grpc.Creds(xdsCreds)
-	tests := []struct {
-		name string
-		opts []grpc.ServerOption
-		want credentials.TransportCredentials
-	}{
+	tests := []credsCase{
 		{name: "embedded", opts: []grpc.ServerOption{embedded{x}}, want: xdsCreds},
 		{name: "embedded, pointer", opts: []grpc.ServerOption{&embedded{x}}, want: xdsCreds},
 		{name: "two wrappers", opts: []grpc.ServerOption{outer{embedded{x}}}, want: xdsCreds},
@@ -154,17 +136,7 @@ func TestServerCredsWrapped(t *testing.T) {
 		{name: "a named field is not applied", opts: []grpc.ServerOption{unembedded{opt: x}}, want: nil},
 		{name: "nil embedded option", opts: []grpc.ServerOption{embedded{}, (*embedded)(nil)}, want: nil},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := grpccompat.ServerCreds(tc.opts)
-			if err != nil {
-				t.Fatalf("ServerCreds: %v", err)
-			}
-			if got != tc.want {
-				t.Fatalf("ServerCreds = %T %p, want %T %p", got, got, tc.want, tc.want)
-			}
-		})
-	}
+	runCredsCases(t, tests)
 }
 
 // TestServerCredsUnreadable: an option that cannot be followed to the end
@@ -182,6 +154,29 @@ func TestServerCredsUnreadable(t *testing.T) {
 			got, err := grpccompat.ServerCreds([]grpc.ServerOption{o})
 			if !errors.Is(err, grpccompat.ErrUnreadable) {
 				t.Fatalf("ServerCreds = %v, %v; want an ErrUnreadable", got, err)
+			}
+		})
+	}
+}
+
+// credsCase is an option list and the credentials ServerCreds must find in
+// it.
+type credsCase struct {
+	name string
+	opts []grpc.ServerOption
+	want credentials.TransportCredentials
+}
+
+func runCredsCases(t *testing.T, tests []credsCase) {
+	t.Helper()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := grpccompat.ServerCreds(tc.opts)
+			if err != nil {
+				t.Fatalf("ServerCreds: %v", err)
+			}
+			if got != tc.want {
+				t.Fatalf("ServerCreds = %T %p, want %T %p", got, got, tc.want, tc.want)
 			}
 		})
 	}
