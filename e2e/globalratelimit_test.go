@@ -25,6 +25,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	metadatapb "github.com/envoyproxy/go-control-plane/envoy/type/metadata/v3"
 	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -33,8 +34,10 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	xds "github.com/proxyless-grpc/xds"
 	"github.com/proxyless-grpc/xds/admin"
 	"github.com/proxyless-grpc/xds/internal/grpcservice"
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 )
 
@@ -516,17 +519,21 @@ func TestGlobalRateLimit_Trust(t *testing.T) {
 	waitFor(ctx, t, "side channel closed", func() bool { return grpcservice.OpenChannels() == 0 })
 }
 
-// TestGlobalRateLimit_StatusPage: the status page describes the filter
-// (service, domain, failure mode) and counts ok, over_limit, error and
-// failure_mode_allowed as Envoy's ratelimit.* stats do (an allowed error
-// counts as both).
-func TestGlobalRateLimit_StatusPage(t *testing.T) {
+// TestGlobalRateLimit_Counts: the status page describes the filter
+// (service, domain, failure mode), and it and the metric count ok,
+// over_limit, error and failure_mode_allowed as Envoy's ratelimit.* stats
+// do (an allowed error counts as both).
+func TestGlobalRateLimit_Counts(t *testing.T) {
 	ctx := testContext(t)
 	r := startRLS(t)
+	mr := testutils.NewMetricReader(t)
 	env := authzEnv(t, false, r.addr)
 	cfg := globalRL(r.addr, rlOf(rlGeneric("x")))
 	cfg.Timeout = durationpb.New(100 * time.Millisecond)
-	c, _, _, s := startGlobalRL(ctx, t, env, cfg, allRoutes("routes"))
+	s, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
+		return filtersListener(a, []*hcmpb.HttpFilter{httpFilter(t, "rl", cfg)}, allRoutes("routes"), "")
+	}, nil, xds.MeterProvider(mr.Provider))
+	c := connected(ctx, t, addr)
 	hs := httptest.NewServer(admin.NewStatusHandler(s.GRPCServer))
 	t.Cleanup(hs.Close)
 	_ = rpcResult(ctx, c, "EmptyCall")
@@ -541,6 +548,11 @@ func TestGlobalRateLimit_StatusPage(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("status page lacks %q:\n%s", want, text)
 		}
+	}
+	lis := attribute.String("grpc.xds_server.listener", addr.String())
+	filter := attribute.String("grpc.xds_server.ratelimit.filter", "rl")
+	for _, outcome := range []string{"ok", "over_limit", "error", "failure_mode_allowed"} {
+		mr.WaitForValue(ctx, t, "grpc.xds_server.ratelimit.rpcs", 1, lis, filter, attribute.String("grpc.xds_server.ratelimit.outcome", outcome))
 	}
 }
 
