@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -50,6 +51,27 @@ type rlsServer struct {
 	mu     sync.Mutex
 	answer func(context.Context, *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error)
 	reqs   []*rlspb.RateLimitRequest
+	conns  int // connections accepted
+}
+
+// rlsConns counts an rlsServer's connections.
+type rlsConns struct{ r *rlsServer }
+
+func (rlsConns) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
+func (rlsConns) HandleRPC(context.Context, stats.RPCStats)                         {}
+func (rlsConns) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (c rlsConns) HandleConn(_ context.Context, s stats.ConnStats) {
+	if _, ok := s.(*stats.ConnBegin); ok {
+		c.r.mu.Lock()
+		c.r.conns++
+		c.r.mu.Unlock()
+	}
+}
+
+func (r *rlsServer) connections() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.conns
 }
 
 func startRLS(t testing.TB) *rlsServer {
@@ -60,7 +82,7 @@ func startRLS(t testing.TB) *rlsServer {
 		t.Fatal(err)
 	}
 	r.addr = lis.Addr().String()
-	s := grpc.NewServer()
+	s := grpc.NewServer(grpc.StatsHandler(rlsConns{r}))
 	rlspb.RegisterRateLimitServiceServer(s, r)
 	go s.Serve(lis)
 	t.Cleanup(s.Stop)
@@ -488,17 +510,20 @@ func TestGlobalRateLimit_FilterOrder(t *testing.T) {
 
 // TestGlobalRateLimit_Trust: gRFC A102's trust model, as for ext_authz: a
 // service the bootstrap does not allow, from a server that is not trusted,
-// is NACKed naming it; the side channel is one per target, shared by the
-// filter chains of a server and kept across an update, and closed with the
-// server.
+// is NACKed naming it, and the last good config keeps serving. The side
+// channel is one per target: shared by the connections of a chain, kept
+// across an update that replaces the chain (the service sees one
+// connection), and closed with the server.
 func TestGlobalRateLimit_Trust(t *testing.T) {
 	ctx := testContext(t)
 	r := startRLS(t)
 	other := startRLS(t)
 	env := authzEnv(t, false, r.addr)
 	c, _, addr, s := startGlobalRL(ctx, t, env, globalRL(r.addr, rlOf(rlGeneric("x"))), allRoutes("routes"))
-	if err := rpcResult(ctx, c, "EmptyCall"); err != nil {
-		t.Fatal(err)
+	for range 2 {
+		if err := rpcResult(ctx, connected(ctx, t, addr), "EmptyCall"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	seen := len(env.ms.Requests())
 	env.update(ctx, t, []*listenerpb.Listener{filtersListener(addr, []*hcmpb.HttpFilter{httpFilter(t, "rl", globalRL(other.addr, rlOf(rlGeneric("x"))))}, allRoutes("routes"), "")}, nil)
@@ -509,8 +534,23 @@ func TestGlobalRateLimit_Trust(t *testing.T) {
 	if d := nack.GetErrorDetail().GetMessage(); !strings.Contains(d, "allowed_grpc_services") || !strings.Contains(d, other.addr) || !strings.Contains(d, "rate_limit_service.grpc_service") {
 		t.Errorf("NACK %q does not name the field, the target and allowed_grpc_services", d)
 	}
-	if err := rpcResult(ctx, c, "EmptyCall"); err != nil || len(r.taken()) != 2 || len(other.taken()) != 0 {
+	if err := rpcResult(ctx, c, "EmptyCall"); err != nil || len(r.taken()) != 3 || len(other.taken()) != 0 {
 		t.Errorf("after the NACK: %v; want OK, asked of the allowed service", err)
+	}
+
+	// A change of the filter's config (a new chain), same service.
+	changed := globalRL(r.addr, rlOf(rlGeneric("y")))
+	changed.FailureModeDeny = true
+	env.update(ctx, t, []*listenerpb.Listener{filtersListener(addr, []*hcmpb.HttpFilter{httpFilter(t, "rl", changed)}, allRoutes("routes"), "")}, nil)
+	waitFor(ctx, t, "update applied", func() bool {
+		if rpcResult(ctx, newClient(t, addr, "127.0.0.1", 0), "EmptyCall") != nil {
+			return false
+		}
+		reqs := r.taken()
+		return len(reqs) == 1 && descriptorsOf(reqs[0]) == "generic_key=y"
+	})
+	if n := r.connections(); n != 1 {
+		t.Errorf("the rate limit service saw %d connections, want 1 (one channel per target, kept across the update)", n)
 	}
 	if n := grpcservice.OpenChannels(); n != 1 {
 		t.Errorf("%d side channels open, want 1", n)
