@@ -641,3 +641,32 @@ func BenchmarkServerUnaryRateLimit(b *testing.B) {
 		{name: "ratelimit-no-limits", start: func(b *testing.B) benchServer { return startXDSServerFilters(b, filters) }},
 	})
 }
+
+// TestGlobalRateLimit_TrustedServer: a trusted management server may name
+// a service the bootstrap does not list, with the resource's own
+// credentials (channel_credentials_plugin); one without a supported type is
+// NACKed naming the field.
+func TestGlobalRateLimit_TrustedServer(t *testing.T) {
+	ctx := testContext(t)
+	r := startRLS(t)
+	env := authzEnv(t, true)
+	cfg := globalRL(r.addr, rlOf(rlGeneric("x")))
+	gg := cfg.GetRateLimitService().GetGrpcService().GetGoogleGrpc()
+	gg.ChannelCredentialsPlugin = []*anypb.Any{{TypeUrl: "type.googleapis.com/some.unknown.Credentials"}, anyOf(t, &insecurecredspb.InsecureCredentials{})}
+	c, _, addr, s := startGlobalRL(ctx, t, env, cfg, allRoutes("routes"))
+	if err := rpcResult(ctx, c, "EmptyCall"); err != nil || len(r.taken()) != 1 {
+		t.Fatalf("trusted server's own service and credentials: %v; want OK after a call to it", err)
+	}
+	hs := httptest.NewServer(admin.NewStatusHandler(s.GRPCServer))
+	t.Cleanup(hs.Close)
+	waitForText(ctx, t, hs.URL, "credentials: the trusted management server's (channel_credentials_plugin)")
+
+	bad := globalRL(r.addr, rlOf(rlGeneric("x")))
+	bad.GetRateLimitService().GetGrpcService().GetGoogleGrpc().ChannelCredentialsPlugin = []*anypb.Any{{TypeUrl: "type.googleapis.com/some.unknown.Credentials"}}
+	seen := len(env.ms.Requests())
+	env.update(ctx, t, []*listenerpb.Listener{filtersListener(addr, []*hcmpb.HttpFilter{httpFilter(t, "rl", bad)}, allRoutes("routes"), "")}, nil)
+	nack, err := env.ms.WaitForRequest(ctx, after(seen, e2e.IsNACK(listenerTypeURL)))
+	if err != nil || !strings.Contains(nack.GetErrorDetail().GetMessage(), "rate_limit_service.grpc_service") || !strings.Contains(nack.GetErrorDetail().GetMessage(), "channel_credentials_plugin") {
+		t.Errorf("no supported channel credentials: NACK %v, %v; want one naming rate_limit_service.grpc_service and channel_credentials_plugin", nack.GetErrorDetail(), err)
+	}
+}
