@@ -670,3 +670,35 @@ func TestGlobalRateLimit_TrustedServer(t *testing.T) {
 		t.Errorf("no supported channel credentials: NACK %v, %v; want one naming rate_limit_service.grpc_service and channel_credentials_plugin", nack.GetErrorDetail(), err)
 	}
 }
+
+// TestGlobalRateLimit_VirtualHostUnsupported: a virtual host's rate_limits
+// with an action Envoy accepts and the server cannot evaluate (a descriptor
+// extension) do not NACK the routes (Envoy would not), but fail the RPCs
+// of the routes whose filter would use them with UNAVAILABLE naming the
+// field, rather than limit fewer RPCs than asked; a route that ignores them
+// serves.
+func TestGlobalRateLimit_VirtualHostUnsupported(t *testing.T) {
+	ctx := testContext(t)
+	r := startRLS(t)
+	env := authzEnv(t, false, r.addr)
+	rc := allRoutes("routes")
+	vh := rc.VirtualHosts[0]
+	vh.RateLimits = []*routepb.RateLimit{rlOf(&routepb.RateLimit_Action{ActionSpecifier: &routepb.RateLimit_Action_Extension{Extension: &corepb.TypedExtensionConfig{Name: "envoy.rate_limit_descriptors.expr"}}})}
+	vh.Routes[0].Match = &routepb.RouteMatch{PathSpecifier: &routepb.RouteMatch_Path{Path: "/grpc.testing.TestService/EmptyCall"}}
+	vh.Routes = append(vh.Routes, &routepb.Route{
+		Match:                &routepb.RouteMatch{PathSpecifier: &routepb.RouteMatch_Prefix{Prefix: "/"}},
+		Action:               &routepb.Route_NonForwardingAction{NonForwardingAction: &routepb.NonForwardingAction{}},
+		TypedPerFilterConfig: map[string]*anypb.Any{"rl": anyOf(t, &rlpb.RateLimitPerRoute{VhRateLimits: rlpb.RateLimitPerRoute_IGNORE})},
+	})
+	c, rec, _, _ := startGlobalRL(ctx, t, env, globalRL(r.addr), rc)
+	code, msg := statusOf(rpcResult(withCase(ctx, "ext"), c, "EmptyCall"))
+	if code != codes.Unavailable || !strings.Contains(msg, "rate_limits[0].actions[0].extension") || len(rec.ofCase("ext")) != 0 {
+		t.Errorf("route using the virtual host's rate_limits: %v %q; want UNAVAILABLE naming the extension, no handler", code, msg)
+	}
+	if err := rpcResult(ctx, c, "UnaryCall"); err != nil {
+		t.Errorf("route ignoring them: %v, want OK", err)
+	}
+	if n := len(r.taken()); n != 0 {
+		t.Errorf("%d calls, want none", n)
+	}
+}

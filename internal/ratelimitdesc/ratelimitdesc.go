@@ -18,6 +18,7 @@ package ratelimitdesc
 
 import (
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -47,7 +48,8 @@ type Descriptor struct {
 // Policy is a compiled list of RateLimit. The zero value and nil are empty.
 // Immutable.
 type Policy struct {
-	entries []policyEntry
+	entries     []policyEntry
+	unsupported error // the first rate limit that cannot be evaluated; see CompileVirtualHost
 }
 
 type policyEntry struct {
@@ -79,20 +81,68 @@ func (p *Policy) HasStage(stage uint32) bool {
 
 // Compile validates rls and returns their Policy; nil for an empty list.
 // Errors name the field from the list down ("[2].actions[0].generic_key").
+// A config Envoy accepts but this package cannot evaluate (a descriptor
+// extension, apply_on_stream_done, a substitution format) is an error too:
+// a filter's own rate limits are NACKed for it.
 func Compile(rls []*routepb.RateLimit) (*Policy, error) {
+	p, err := CompileVirtualHost(rls)
+	if err == nil && p.Unsupported() != nil {
+		return nil, p.Unsupported()
+	}
+	return p, err
+}
+
+// CompileVirtualHost is Compile for a virtual host's rate_limits, which
+// Envoy validates whether or not a filter reads them: only what Envoy
+// rejects is an error. What Envoy accepts and this package cannot evaluate
+// is kept in the Policy (Unsupported), for the filter that would use it to
+// refuse the route's RPCs rather than limit fewer of them than asked.
+func CompileVirtualHost(rls []*routepb.RateLimit) (*Policy, error) {
 	if len(rls) == 0 {
 		return nil, nil
 	}
-	p := &Policy{entries: make([]policyEntry, len(rls))}
+	p := &Policy{entries: make([]policyEntry, 0, len(rls))}
 	for i, rl := range rls {
 		e, err := compileEntry(rl)
 		if err != nil {
-			return nil, fieldpath.In(fmt.Sprintf("[%d]", i), err)
+			err = fieldpath.In(fmt.Sprintf("[%d]", i), err)
+			if !isUnsupported(err) {
+				return nil, err
+			}
+			if p.unsupported == nil {
+				p.unsupported = err
+			}
+			continue
 		}
-		p.entries[i] = e
+		p.entries = append(p.entries, e)
 	}
 	return p, nil
 }
+
+// Unsupported returns why some of p's rate limits cannot be evaluated
+// (see CompileVirtualHost); nil when all can.
+func (p *Policy) Unsupported() error {
+	if p == nil {
+		return nil
+	}
+	return p.unsupported
+}
+
+// errUnsupported marks the errors of a config Envoy accepts and this
+// package cannot evaluate.
+var errUnsupported = errors.New("unsupported")
+
+// unsupportedError is a field error marked as unsupported.
+type unsupportedError struct{ error }
+
+func (e unsupportedError) Is(target error) bool { return target == errUnsupported }
+func (e unsupportedError) Unwrap() error        { return e.error }
+
+func unsupported(e *fieldpath.Error) *fieldpath.Error {
+	return &fieldpath.Error{Path: e.Path, Err: unsupportedError{e.Err}}
+}
+
+func isUnsupported(err error) bool { return errors.Is(err, errUnsupported) }
 
 func compileEntry(rl *routepb.RateLimit) (policyEntry, error) {
 	var e policyEntry
@@ -103,14 +153,14 @@ func compileEntry(rl *routepb.RateLimit) (policyEntry, error) {
 		e.stage = s.GetValue()
 	}
 	if rl.GetApplyOnStreamDone() {
-		return e, fieldpath.Errorf("apply_on_stream_done", "not supported: the server asks the rate limit service once, before the handler")
+		return e, unsupported(fieldpath.Errorf("apply_on_stream_done", "not supported: the server asks the rate limit service once, before the handler"))
 	}
 	if h := rl.GetHitsAddend(); h != nil {
 		if h.GetFormat() != "" {
-			return e, fieldpath.Errorf("hits_addend.format", "not supported (substitution formats), want number")
+			return e, unsupported(fieldpath.Errorf("hits_addend.format", "not supported (substitution formats), want number"))
 		}
 		if h.GetIsNegativeHits() {
-			return e, fieldpath.Errorf("hits_addend.is_negative_hits", "not supported")
+			return e, unsupported(fieldpath.Errorf("hits_addend.is_negative_hits", "not supported"))
 		}
 		if n := h.GetNumber(); n != nil {
 			// Envoy's bound.
@@ -308,7 +358,7 @@ func compileAction(a *routepb.RateLimit_Action) (action, error) {
 	case *routepb.RateLimit_Action_RemoteAddressMatch_:
 		r := s.RemoteAddressMatch
 		if strings.Contains(r.GetDescriptorValue(), "%") || strings.Contains(r.GetDefaultValue(), "%") {
-			return nil, fieldpath.Errorf("remote_address_match.descriptor_value", "substitution formats are not supported, want a literal value")
+			return nil, unsupported(fieldpath.Errorf("remote_address_match.descriptor_value", "substitution formats are not supported, want a literal value"))
 		}
 		value := orDefault(r.GetDescriptorValue(), r.GetDefaultValue())
 		ram := remoteAddressMatch{entry: Entry{orDefault(r.GetDescriptorKey(), "remote_address_match"), value}}
@@ -324,7 +374,7 @@ func compileAction(a *routepb.RateLimit_Action) (action, error) {
 		}
 		return ram, nil
 	case *routepb.RateLimit_Action_Extension:
-		return nil, fieldpath.Errorf("extension", "%q: descriptor extensions are not supported", s.Extension.GetName())
+		return nil, unsupported(fieldpath.Errorf("extension", "%q: descriptor extensions are not supported", s.Extension.GetName()))
 	case nil:
 		return nil, fieldpath.Errorf("action_specifier", "unset")
 	default:

@@ -169,3 +169,21 @@ func TestCompileErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestCompileVirtualHost: what Envoy accepts and this package cannot
+// evaluate is no error for a virtual host (Envoy would not NACK it), but is
+// kept for the filter; Compile refuses it; an invalid config is an error
+// for both.
+func TestCompileVirtualHost(t *testing.T) {
+	ext := rl(&routepb.RateLimit_Action{ActionSpecifier: &routepb.RateLimit_Action_Extension{Extension: &corepb.TypedExtensionConfig{Name: "envoy.rate_limit_descriptors.expr"}}})
+	p, err := rld.CompileVirtualHost([]*routepb.RateLimit{rl(generic("", "ok")), ext})
+	if err != nil || p.Unsupported() == nil || !strings.Contains(p.Unsupported().Error(), "[1].actions[0].extension") {
+		t.Errorf("CompileVirtualHost with an extension: %v, unsupported %v; want no error, the extension kept as unsupported", err, p.Unsupported())
+	}
+	if _, err := rld.Compile([]*routepb.RateLimit{ext}); err == nil {
+		t.Error("Compile accepted an extension action")
+	}
+	if _, err := rld.CompileVirtualHost([]*routepb.RateLimit{rl()}); err == nil {
+		t.Error("CompileVirtualHost accepted a rate limit without actions")
+	}
+}

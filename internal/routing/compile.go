@@ -102,8 +102,9 @@ func compileVirtualHost(i int, vhpb *routepb.VirtualHost, c *compiler) (virtualH
 		return virtualHost{}, loc.wrap("", err)
 	}
 	// Envoy validates a virtual host's rate_limits whether or not a rate
-	// limit filter reads them.
-	vhRateLimits, err := ratelimitdesc.Compile(vhpb.GetRateLimits())
+	// limit filter reads them; what it accepts and the filter cannot
+	// evaluate is kept for the filter to refuse.
+	vhRateLimits, err := ratelimitdesc.CompileVirtualHost(vhpb.GetRateLimits())
 	if err != nil {
 		return virtualHost{}, loc.wrap("rate_limits", err)
 	}

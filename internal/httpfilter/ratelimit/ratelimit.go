@@ -140,7 +140,7 @@ func (Filter) BuildRouteStep(_ string, config, override httpfilter.Config, route
 	}
 	s := &step{cfg: c, domain: c.domain}
 	vh := route.VirtualHostRateLimits
-	if !vh.HasStage(c.stage) {
+	if !vh.HasStage(c.stage) && vh.Unsupported() == nil {
 		vh = nil
 	}
 	pr, _ := override.(*perRoute)
@@ -157,6 +157,14 @@ func (Filter) BuildRouteStep(_ string, config, override httpfilter.Config, route
 	}
 	if len(s.policies) == 0 {
 		return nil, nil
+	}
+	for _, p := range s.policies {
+		if err := p.p.Unsupported(); err != nil {
+			// Accepted with the RouteConfiguration (Envoy accepts it);
+			// refusing the route's RPCs is safer than limiting fewer of
+			// them than asked.
+			return nil, fmt.Errorf("the virtual host's rate_limits%v", err)
+		}
 	}
 	if pr != nil && pr.domain != "" {
 		s.domain = pr.domain
