@@ -5,8 +5,8 @@
 // asked about.
 //
 // Each action reads what Envoy's reads. What a gRPC request on a server has
-// nothing for (a query string, a destination cluster, dynamic metadata, the
-// local service cluster) is read as absent, and the action then does what
+// nothing for (a query string, a destination cluster, dynamic metadata) is
+// read as absent, and the action then does what
 // Envoy's does for an absent value: its descriptor is left out, or, with
 // skip_if_absent, only its entry. Only a config Envoy itself rejects (its
 // proto's validation rules, an unknown extension) is an error, plus the
@@ -195,6 +195,9 @@ type Request struct {
 	*httpfilter.Request
 	// RouteMetadata is the matched route's metadata; nil without.
 	RouteMetadata *corepb.Metadata
+	// LocalCluster is the server's service cluster (the bootstrap node's
+	// cluster); "" when unknown.
+	LocalCluster string
 }
 
 // Descriptors appends to out the descriptors of the RateLimits of p that
@@ -401,11 +404,17 @@ func checkHeaderName(name string) error {
 	return nil
 }
 
-// sourceCluster is Envoy's local service cluster, which a gRPC server does
-// not know: nothing to read.
+// sourceCluster is Envoy's local service cluster: the bootstrap node's
+// cluster; nothing to read when it has none.
 type sourceCluster struct{}
 
-func (sourceCluster) populate(*Descriptor, Request) bool { return false }
+func (sourceCluster) populate(d *Descriptor, r Request) bool {
+	if r.LocalCluster == "" {
+		return false
+	}
+	d.Entries = append(d.Entries, Entry{"source_cluster", r.LocalCluster})
+	return true
+}
 
 // destinationCluster is the route's cluster; a server's routes have none
 // (non_forwarding_action): nothing to read.

@@ -82,7 +82,7 @@ func TestDescriptors(t *testing.T) {
 		{"absent header skips the descriptor, not the others", []*routepb.RateLimit{rl(header("x-none", "n", false)), rl(generic("", "all"))}, nil, entries{{{"generic_key", "all"}}}},
 		{"absent header with skip_if_absent drops only the entry", []*routepb.RateLimit{rl(header("x-none", "n", true), generic("k", "v"))}, nil, entries{{{"k", "v"}}}},
 		{"remote and masked address", []*routepb.RateLimit{rl(remote), rl(masked)}, nil, entries{{{"remote_address", "10.1.2.3"}}, {{"masked_remote_address", "10.1.2.0/24"}}}},
-		{"destination and source cluster: nothing to read", []*routepb.RateLimit{rl(dest), rl(source, generic("", "x"))}, nil, nil},
+		{"destination cluster and an unknown source cluster: nothing to read", []*routepb.RateLimit{rl(dest), rl(source, generic("", "x"))}, nil, nil},
 		{"query parameters: absent", []*routepb.RateLimit{rl(query, generic("", "a")), rl(queryS, generic("", "b"))}, nil, entries{{{"generic_key", "b"}}}},
 		{"query_parameter_value_match: never matches", []*routepb.RateLimit{rl(qvm(nil)), rl(qvm(wrapperspb.Bool(false)))}, nil, entries{{{"query_match", "qv"}}}},
 		{"header_value_match", []*routepb.RateLimit{rl(hvm(nil, exact("x-tenant", "acme,second"))), rl(hvm(nil, exact("x-tenant", "other"))), rl(hvm(wrapperspb.Bool(false), exact("x-tenant", "other")))}, nil, entries{{{"header_match", "gold"}}, {{"header_match", "gold"}}}},
@@ -105,6 +105,17 @@ func TestDescriptors(t *testing.T) {
 				t.Errorf("descriptors (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestSourceCluster(t *testing.T) {
+	p, err := rld.Compile([]*routepb.RateLimit{rl(source, generic("", "x"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := p.Descriptors(nil, 0, true, rld.Request{Request: &httpfilter.Request{}, LocalCluster: "checkout"})
+	if len(got) != 1 || !cmp.Equal(got[0].Entries, []rld.Entry{{Key: "source_cluster", Value: "checkout"}, {Key: "generic_key", Value: "x"}}) {
+		t.Errorf("source_cluster with the node's cluster: %v", got)
 	}
 }
 

@@ -44,6 +44,7 @@ type Config struct {
 
 	enabled, enforced httpfilter.Fraction
 	rateLimits        *ratelimitdesc.Policy // the filter's own rate_limits; nil: none
+	localCluster      string                // the bootstrap node's cluster (source_cluster); "": unknown
 }
 
 // perRoute is a validated RateLimitPerRoute. Immutable.
@@ -65,6 +66,9 @@ func parseConfig(env *grpcservice.Env, m *rlpb.RateLimit) (*Config, error) {
 		retryAfter:      m.GetEnableRetryAfterHeader(),
 		enabled:         httpfilter.FractionAll,
 		enforced:        httpfilter.FractionAll,
+	}
+	if env != nil {
+		c.localCluster = env.LocalCluster
 	}
 	if c.stage = m.GetStage(); c.stage > ratelimitdesc.MaxStage {
 		return nil, fieldpath.Errorf("stage", "%d, want at most %d", c.stage, ratelimitdesc.MaxStage)
