@@ -7,6 +7,7 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http/httptest"
@@ -700,5 +701,30 @@ func TestGlobalRateLimit_VirtualHostUnsupported(t *testing.T) {
 	}
 	if n := len(r.taken()); n != 0 {
 		t.Errorf("%d calls, want none", n)
+	}
+}
+
+// TestGlobalRateLimit_SourceCluster: source_cluster is Envoy's local
+// service cluster, the bootstrap's node.cluster.
+func TestGlobalRateLimit_SourceCluster(t *testing.T) {
+	ctx := testContext(t)
+	r := startRLS(t)
+	env := authzEnv(t, false, r.addr)
+	var b map[string]any
+	if err := json.Unmarshal(env.bootstrap, &b); err != nil {
+		t.Fatal(err)
+	}
+	b["node"].(map[string]any)["cluster"] = "checkout"
+	var err error
+	if env.bootstrap, err = json.Marshal(b); err != nil {
+		t.Fatal(err)
+	}
+	source := &routepb.RateLimit_Action{ActionSpecifier: &routepb.RateLimit_Action_SourceCluster_{SourceCluster: &routepb.RateLimit_Action_SourceCluster{}}}
+	c, _, _, _ := startGlobalRL(ctx, t, env, globalRL(r.addr, rlOf(source)), allRoutes("routes"))
+	if err := rpcResult(ctx, c, "EmptyCall"); err != nil {
+		t.Fatal(err)
+	}
+	if reqs := r.taken(); len(reqs) != 1 || descriptorsOf(reqs[0]) != "source_cluster=checkout" {
+		t.Errorf("calls %v, want one with source_cluster=checkout", reqs)
 	}
 }
