@@ -299,8 +299,8 @@ func testContext(t *testing.T) context.Context {
 	return ctx
 }
 
-// testService is grpc-go's interop TestService: EmptyCall, UnaryCall and
-// FullDuplexCall (echoing until the client closes) answer at once.
+// testService is grpc-go's interop TestService: EmptyCall and UnaryCall
+// answer at once.
 type testService struct {
 	testgrpc.UnimplementedTestServiceServer
 }
