@@ -23,9 +23,11 @@ import (
 	mutationpb "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	ratelimitconfpb "github.com/envoyproxy/go-control-plane/envoy/config/ratelimit/v3"
 	rbacconfigpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extauthzpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
+	globalrlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlspb "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
@@ -126,6 +128,26 @@ func withExtAuthz(f func(c *extauthzpb.ExtAuthz)) mutFn {
 		f(c)
 		h.HttpFilters = append([]*hcmpb.HttpFilter{{Name: "authz", ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: anyOf(t, c)}}}, h.HttpFilters...)
 	})
+}
+
+// withGlobalRL puts a global rate limit filter "rl", changed by f from one
+// of domain "d" calling 127.0.0.1:9 (not in this bootstrap's
+// allowed_grpc_services, from a management server that is not trusted),
+// before the router.
+func withGlobalRL(f func(c *globalrlpb.RateLimit)) mutFn {
+	return withHCM(func(t *testing.T, h *hcmpb.HttpConnectionManager) {
+		c := &globalrlpb.RateLimit{Domain: "d", RateLimitService: &ratelimitconfpb.RateLimitServiceConfig{
+			TransportApiVersion: corepb.ApiVersion_V3,
+			GrpcService:         &corepb.GrpcService{TargetSpecifier: &corepb.GrpcService_GoogleGrpc_{GoogleGrpc: &corepb.GrpcService_GoogleGrpc{TargetUri: "127.0.0.1:9"}}},
+		}}
+		f(c)
+		h.HttpFilters = append([]*hcmpb.HttpFilter{{Name: "rl", ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: anyOf(t, c)}}}, h.HttpFilters...)
+	})
+}
+
+// genericAction is a valid generic_key rate limit action.
+func genericAction() *routepb.RateLimit_Action {
+	return &routepb.RateLimit_Action{ActionSpecifier: &routepb.RateLimit_Action_GenericKey_{GenericKey: &routepb.RateLimit_Action_GenericKey{DescriptorValue: "v"}}}
 }
 
 // withRBAC puts an RBAC filter with cfg before the router.
@@ -316,6 +338,46 @@ func badInputCases() []badCase {
 		{name: "ext_authz bad mutation rule regex", mutate: withExtAuthz(func(c *extauthzpb.ExtAuthz) {
 			c.DecoderHeaderMutationRules = &mutationpb.HeaderMutationRules{AllowExpression: &matcherpb.RegexMatcher{Regex: "a("}}
 		}), want: []string{"authz", "decoder_header_mutation_rules: allow_expression"}},
+		// --- global rate limit (issue 35) ---
+		{name: "ratelimit target not allowed by the bootstrap", mutate: withGlobalRL(func(*globalrlpb.RateLimit) {}),
+			want: []string{"rl", "rate_limit_service.grpc_service", "127.0.0.1:9", "allowed_grpc_services"}},
+		{name: "ratelimit empty domain", mutate: withGlobalRL(func(c *globalrlpb.RateLimit) { c.Domain = "" }), want: []string{"rl", "domain: empty"}},
+		{name: "ratelimit without rate_limit_service", mutate: withGlobalRL(func(c *globalrlpb.RateLimit) { c.RateLimitService = nil }),
+			want: []string{"rl", "rate_limit_service: missing"}},
+		{name: "ratelimit transport_api_version AUTO", mutate: withGlobalRL(func(c *globalrlpb.RateLimit) {
+			c.RateLimitService.TransportApiVersion = corepb.ApiVersion_AUTO
+		}), want: []string{"rl", "rate_limit_service.transport_api_version"}},
+		{name: "ratelimit envoy_grpc", mutate: withGlobalRL(func(c *globalrlpb.RateLimit) {
+			c.RateLimitService.GrpcService.TargetSpecifier = &corepb.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corepb.GrpcService_EnvoyGrpc{ClusterName: "rls"}}
+		}), want: []string{"rl", "rate_limit_service.grpc_service", "envoy_grpc"}},
+		{name: "ratelimit unknown request_type", mutate: withGlobalRL(func(c *globalrlpb.RateLimit) { c.RequestType = "sometimes" }),
+			want: []string{"rl", "request_type", "sometimes"}},
+		{name: "ratelimit stage 11", mutate: withGlobalRL(func(c *globalrlpb.RateLimit) { c.Stage = 11 }), want: []string{"rl", "stage: 11"}},
+		{name: "ratelimit response_headers_to_add", mutate: withGlobalRL(func(c *globalrlpb.RateLimit) {
+			c.ResponseHeadersToAdd = []*corepb.HeaderValueOption{{Header: &corepb.HeaderValue{Key: "x", Value: "%START_TIME%"}}}
+		}), want: []string{"rl", "response_headers_to_add", "not supported"}},
+		{name: "ratelimit filter_enforced without default_value", mutate: withGlobalRL(func(c *globalrlpb.RateLimit) {
+			c.FilterEnforced = &corepb.RuntimeFractionalPercent{RuntimeKey: "k"}
+		}), want: []string{"rl", "filter_enforced.default_value"}},
+		{name: "ratelimit rate limit without actions", mutate: withGlobalRL(func(c *globalrlpb.RateLimit) {
+			c.RateLimits = []*routepb.RateLimit{{}}
+		}), want: []string{"rl", "rate_limits[0].actions: empty"}},
+		{name: "ratelimit descriptor extension", mutate: withGlobalRL(func(c *globalrlpb.RateLimit) {
+			c.RateLimits = []*routepb.RateLimit{{Actions: []*routepb.RateLimit_Action{genericAction(), {ActionSpecifier: &routepb.RateLimit_Action_Extension{Extension: &corepb.TypedExtensionConfig{Name: "custom"}}}}}}
+		}), want: []string{"rl", "rate_limits[0].actions[1].extension", "custom"}},
+		{name: "ratelimit apply_on_stream_done", mutate: withGlobalRL(func(c *globalrlpb.RateLimit) {
+			c.RateLimits = []*routepb.RateLimit{{Actions: []*routepb.RateLimit_Action{genericAction()}, ApplyOnStreamDone: true}}
+		}), want: []string{"rl", "rate_limits[0].apply_on_stream_done", "not supported"}},
+		{name: "ratelimit per-route empty request_headers descriptor_key", mutate: withRoute(func(r *routepb.Route) {
+			a, err := anypb.New(&globalrlpb.RateLimitPerRoute{RateLimits: []*routepb.RateLimit{{Actions: []*routepb.RateLimit_Action{{ActionSpecifier: &routepb.RateLimit_Action_RequestHeaders_{RequestHeaders: &routepb.RateLimit_Action_RequestHeaders{HeaderName: "x-tenant"}}}}}}})
+			if err != nil {
+				panic(err)
+			}
+			r.TypedPerFilterConfig = map[string]*anypb.Any{"rl": a}
+		}), want: []string{"typed_per_filter_config", "rate_limits[0].actions[0].request_headers.descriptor_key: empty"}},
+		{name: "virtual host rate_limits bad masked_remote_address", mutate: withRoutes(func(_ *testing.T, rc *routepb.RouteConfiguration) {
+			rc.VirtualHosts[0].RateLimits = []*routepb.RateLimit{{Actions: []*routepb.RateLimit_Action{{ActionSpecifier: &routepb.RateLimit_Action_MaskedRemoteAddress_{MaskedRemoteAddress: &routepb.RateLimit_Action_MaskedRemoteAddress{V6PrefixMaskLen: wrapperspb.UInt32(129)}}}}}}
+		}), want: []string{"virtual_hosts[0].rate_limits[0].actions[0].masked_remote_address.v6_prefix_mask_len"}},
 		{name: "duplicate http filter names", mutate: withRBAC(allowMethods(methodEmpty)).then(withRBAC(allowMethods(methodEmpty))), want: []string{"http_filters", rbacFilterName}},
 		{name: "http filter without config", mutate: withHCM(func(_ *testing.T, h *hcmpb.HttpConnectionManager) {
 			h.HttpFilters = append([]*hcmpb.HttpFilter{{Name: "bare"}}, h.HttpFilters...)
@@ -487,6 +549,9 @@ func badInputCases() []badCase {
 			}
 			rc.VirtualHosts[0].TypedPerFilterConfig = map[string]*anypb.Any{"some-filter": a}
 		}, want: []string{"typed_per_filter_config", "google.protobuf.Empty"}},
+		{name: "rds virtual host rate_limits header_value_match without headers", route: func(rc *routepb.RouteConfiguration) {
+			rc.VirtualHosts[0].RateLimits = []*routepb.RateLimit{{Actions: []*routepb.RateLimit_Action{{ActionSpecifier: &routepb.RateLimit_Action_HeaderValueMatch_{HeaderValueMatch: &routepb.RateLimit_Action_HeaderValueMatch{DescriptorValue: "v"}}}}}}
+		}, want: []string{"rate_limits[0].actions[0].header_value_match.headers"}},
 		// --- wrong types, garbage and truncated bytes ---
 		{name: "RouteConfiguration under the Listener type URL", raw: func(_ *testing.T, good *listenerpb.Listener) proto.Message {
 			return &routepb.RouteConfiguration{Name: good.GetName(), VirtualHosts: []*routepb.VirtualHost{{Name: "vh", Domains: []string{"*"}}}}

@@ -42,6 +42,9 @@ type Env struct {
 	Trusted bool
 	// Server names the management server, for errors.
 	Server string
+	// LocalCluster is the bootstrap node's cluster: Envoy's local service
+	// cluster, which the global rate limit's source_cluster action reads.
+	LocalCluster string
 }
 
 // EnvOf returns the Env of resources from server under cfg; nil when cfg
@@ -50,7 +53,7 @@ func EnvOf(cfg *bootstrap.Config, server *bootstrap.ServerConfig) *Env {
 	if cfg == nil {
 		return nil
 	}
-	e := &Env{Allowed: cfg.AllowedGRPCServices}
+	e := &Env{Allowed: cfg.AllowedGRPCServices, LocalCluster: cfg.Node.GetCluster()}
 	if server != nil {
 		e.Trusted, e.Server = server.Trusted, server.ServerURI
 	}

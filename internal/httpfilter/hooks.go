@@ -7,6 +7,7 @@ import (
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
 	"github.com/proxyless-grpc/xds/internal/httpfilter/handoff"
+	"github.com/proxyless-grpc/xds/internal/ratelimitdesc"
 )
 
 // The interfaces below are the framework's hooks for built-in filters that
@@ -164,4 +165,23 @@ func ApplyHeader(md map[string][]string, key, value string, action corepb.Header
 		return false
 	}
 	return true
+}
+
+// RouteInfo is what a RouteFilter reads of the route a step is built for.
+// Comparable; what it points to is immutable.
+type RouteInfo struct {
+	// Metadata is the route's metadata; nil without.
+	Metadata *corepb.Metadata
+	// VirtualHostRateLimits are the rate_limits of the route's virtual
+	// host; nil without.
+	VirtualHostRateLimits *ratelimitdesc.Policy
+}
+
+// RouteFilter is implemented by filters whose steps read more of their
+// route than its overrides (the global rate limit: its virtual host's
+// rate_limits, the route's metadata). The server calls BuildRouteStep
+// instead of BuildStep; a nil Step still means nothing to do on the route.
+type RouteFilter interface {
+	Filter
+	BuildRouteStep(instance string, config, override Config, route RouteInfo) (Step, error)
 }

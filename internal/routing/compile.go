@@ -12,6 +12,7 @@ import (
 	"github.com/proxyless-grpc/xds/internal/fieldpath"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/matcher"
+	"github.com/proxyless-grpc/xds/internal/ratelimitdesc"
 )
 
 // location names where a validation error is, for its message: the virtual
@@ -100,6 +101,13 @@ func compileVirtualHost(i int, vhpb *routepb.VirtualHost, c *compiler) (virtualH
 	if err != nil {
 		return virtualHost{}, loc.wrap("", err)
 	}
+	// Envoy validates a virtual host's rate_limits whether or not a rate
+	// limit filter reads them; what it accepts and the filter cannot
+	// evaluate is kept for the filter to refuse.
+	vhRateLimits, err := ratelimitdesc.CompileVirtualHost(vhpb.GetRateLimits())
+	if err != nil {
+		return virtualHost{}, loc.wrap("rate_limits", err)
+	}
 	vh := virtualHost{name: vhpb.GetName()}
 	for j, rpb := range vhpb.GetRoutes() {
 		loc.route, loc.rName = j, rpb.GetName()
@@ -111,6 +119,7 @@ func compileVirtualHost(i int, vhpb *routepb.VirtualHost, c *compiler) (virtualH
 			continue
 		}
 		rt.out.VirtualHost = vh.name
+		rt.out.VirtualHostRateLimits = vhRateLimits
 		rt.out.FilterOverrides = mergeOverrides(vhOverrides, rt.out.FilterOverrides)
 		vh.routes = append(vh.routes, rt)
 	}
@@ -136,7 +145,7 @@ func mergeOverrides(vh, route map[string]httpfilter.Config) map[string]httpfilte
 // compileRoute validates a route. use is false for a valid route that gRFC
 // A28 says to ignore: it never matches.
 func compileRoute(loc location, rpb *routepb.Route, c *compiler) (rt route, use bool, err error) {
-	rt.out = Route{Name: rpb.GetName(), Index: loc.route}
+	rt.out = Route{Name: rpb.GetName(), Index: loc.route, Metadata: rpb.GetMetadata()}
 	matchOK, err := compileMatch(loc, rpb.GetMatch(), c, &rt)
 	if err != nil {
 		return route{}, false, err

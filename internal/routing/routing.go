@@ -11,10 +11,12 @@ package routing
 import (
 	"math/rand/v2"
 
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/matcher"
+	"github.com/proxyless-grpc/xds/internal/ratelimitdesc"
 )
 
 // RouteAction is the kind of action of a route.
@@ -81,6 +83,12 @@ type Route struct {
 	// over those of its virtual host (the route's win, gRFC A39), keyed by
 	// filter instance name; nil if there are none. Immutable.
 	FilterOverrides map[string]httpfilter.Config
+	// Metadata is the route's metadata (what Envoy's metadata rate limit
+	// action reads from the route entry); nil without. Immutable.
+	Metadata *corepb.Metadata
+	// VirtualHostRateLimits are the rate_limits of the route's virtual
+	// host, compiled; nil without. Immutable.
+	VirtualHostRateLimits *ratelimitdesc.Policy
 }
 
 // Router is a compiled RouteConfiguration. It is immutable and safe for

@@ -1,6 +1,6 @@
 // Package builtin holds the registry of the HTTP filters an xDS server runs
 // (gRFC A39): the router, the RBAC filter (gRFC A41), Envoy's local rate
-// limit and fault injection filters, the ext_authz filter (gRFC A92), and the filters users register through
+// limit, fault injection and global rate limit filters, the ext_authz filter (gRFC A92), and the filters users register through
 // the public package httpfilter. The Listener and RouteConfiguration
 // decoders parse with it, so what a decoder accepts does not depend on which
 // packages happen to be linked.
@@ -11,9 +11,10 @@ import (
 	"github.com/proxyless-grpc/xds/internal/httpfilter/extauthz"
 	"github.com/proxyless-grpc/xds/internal/httpfilter/fault"
 	"github.com/proxyless-grpc/xds/internal/httpfilter/localratelimit"
+	globalratelimit "github.com/proxyless-grpc/xds/internal/httpfilter/ratelimit"
 	"github.com/proxyless-grpc/xds/internal/httpfilter/rbacfilter"
 )
 
 // Registry is the filters a server knows. Users add theirs at init through
 // httpfilter.Register; nothing else modifies it.
-var Registry = httpfilter.NewRegistry(httpfilter.Router{}, rbacfilter.Filter{}, localratelimit.Filter{}, fault.Filter{}, extauthz.Filter{}).WithRegistered()
+var Registry = httpfilter.NewRegistry(httpfilter.Router{}, rbacfilter.Filter{}, localratelimit.Filter{}, fault.Filter{}, extauthz.Filter{}, globalratelimit.Filter{}).WithRegistered()

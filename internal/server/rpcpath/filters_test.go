@@ -7,10 +7,12 @@ import (
 	"time"
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitconfpb "github.com/envoyproxy/go-control-plane/envoy/config/ratelimit/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	faultcommonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/common/fault/v3"
 	faultpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	localratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/local_ratelimit/v3"
+	globalrlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	routerpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -233,5 +235,39 @@ func BenchmarkTapFault(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		h(ctx, info)
+	}
+}
+
+// globalRateLimit is a global rate limit config whose service is never
+// reached by these tests, with rls as the filter's own rate_limits.
+func globalRateLimit(rls ...*routepb.RateLimit) *globalrlpb.RateLimit {
+	return &globalrlpb.RateLimit{
+		Domain: "d",
+		RateLimitService: &ratelimitconfpb.RateLimitServiceConfig{
+			TransportApiVersion: corepb.ApiVersion_V3,
+			GrpcService:         &corepb.GrpcService{TargetSpecifier: &corepb.GrpcService_GoogleGrpc_{GoogleGrpc: &corepb.GrpcService_GoogleGrpc{TargetUri: "127.0.0.1:9"}}},
+		},
+		RateLimits: rls,
+	}
+}
+
+// TestTapGlobalRateLimitAllocs: on a route where no rate limit applies, the
+// global rate limit filter has no step: the tap allocates nothing and
+// leaves no work (no call). On a route with rate limits, it leaves the
+// call for after the tap.
+func TestTapGlobalRateLimitAllocs(t *testing.T) {
+	hcm, p := hcmWith(t, "rl", globalRateLimit())
+	h := filterTap(t, hcm, p)
+	if n := allowedAllocs(t, h, peerContext()); n != 0 {
+		t.Errorf("route without rate limits: the tap allocates %v times per RPC, want 0", n)
+	}
+	if ctx, err := h(peerContext(), tapInfo("svc", "/pkg.S/M")); err != nil || httpfilter.AfterOf(ctx) != nil {
+		t.Errorf("route without rate limits: %v, work left %v; want OK and none", err, httpfilter.AfterOf(ctx))
+	}
+	generic := &routepb.RateLimit_Action{ActionSpecifier: &routepb.RateLimit_Action_GenericKey_{GenericKey: &routepb.RateLimit_Action_GenericKey{DescriptorValue: "v"}}}
+	hcm, p = hcmWith(t, "rl", globalRateLimit(&routepb.RateLimit{Actions: []*routepb.RateLimit_Action{generic}}))
+	ctx, err := filterTap(t, hcm, p)(peerContext(), tapInfo("svc", "/pkg.S/M"))
+	if err != nil || httpfilter.AfterOf(ctx) == nil {
+		t.Errorf("route with rate limits: %v, work left %v; want OK and the call left for after the tap", err, httpfilter.AfterOf(ctx))
 	}
 }

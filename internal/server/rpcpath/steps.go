@@ -47,7 +47,7 @@ func NewRoutes(router *routing.Router, hcm *filterchain.HTTPConnectionManager, o
 			if !in.Active(override) {
 				continue
 			}
-			if s := buildStep(memo, in, override, obs); s != nil {
+			if s := buildStep(memo, in, override, route, obs); s != nil {
 				steps = append(steps, s)
 			}
 		}
@@ -69,10 +69,15 @@ func NewRoutes(router *routing.Router, hcm *filterchain.HTTPConnectionManager, o
 type stepKey struct {
 	name             string
 	config, override httpfilter.Config
+	route            httpfilter.RouteInfo // for a RouteFilter only
 }
 
-func buildStep(memo map[stepKey]httpfilter.Step, in httpfilter.Instance, override httpfilter.Config, obs *ListenerShared) httpfilter.Step {
+func buildStep(memo map[stepKey]httpfilter.Step, in httpfilter.Instance, override httpfilter.Config, route *routing.Route, obs *ListenerShared) httpfilter.Step {
 	key := stepKey{name: in.Name, config: in.Config, override: override}
+	rf, readsRoute := in.Filter.(httpfilter.RouteFilter)
+	if readsRoute {
+		key.route = httpfilter.RouteInfo{Metadata: route.Metadata, VirtualHostRateLimits: route.VirtualHostRateLimits}
+	}
 	comparable := isComparable(in.Config) && isComparable(override)
 	if comparable {
 		if s, ok := memo[key]; ok {
@@ -83,6 +88,8 @@ func buildStep(memo map[stepKey]httpfilter.Step, in httpfilter.Instance, overrid
 	var err error
 	if sf, ok := in.Filter.(httpfilter.StatefulFilter); ok {
 		s, err = sf.BuildStatefulStep(obs.filterState(), in.Name, in.Config, override)
+	} else if readsRoute {
+		s, err = rf.BuildRouteStep(in.Name, in.Config, override, key.route)
 	} else {
 		s, err = in.Filter.BuildStep(in.Name, in.Config, override)
 	}

@@ -1,0 +1,309 @@
+package globalratelimit
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlcommonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/proxyless-grpc/xds/internal/grpcservice"
+	"github.com/proxyless-grpc/xds/internal/httpfilter"
+	"github.com/proxyless-grpc/xds/internal/ratelimitdesc"
+)
+
+// Headers the filter sends (Envoy's names).
+const (
+	headerRateLimited = "x-envoy-ratelimited"
+	headerLimit       = "x-ratelimit-limit"
+	headerRemaining   = "x-ratelimit-remaining"
+	headerReset       = "x-ratelimit-reset"
+	headerRetryAfter  = "retry-after"
+)
+
+// step is the filter's work on one route. Immutable.
+type step struct {
+	cfg      *Config
+	domain   string
+	policies []policy
+	route    httpfilter.RouteInfo
+	counter  httpfilter.Counter // nil: nothing counts
+}
+
+// WithCounter implements httpfilter.CountingStep.
+func (s *step) WithCounter(c httpfilter.Counter) httpfilter.Step {
+	n := *s
+	n.counter = c
+	return &n
+}
+
+func (s *step) count(ctx context.Context, outcome int) {
+	if s.counter != nil {
+		s.counter.Count(ctx, outcome)
+	}
+}
+
+// Run builds the RPC's descriptors in the tap handle; the call is left for
+// after it. An RPC that yields no descriptor is let through without a call
+// and counts nothing, as in Envoy.
+func (s *step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, error) {
+	if !s.cfg.enabled.Hit() {
+		return ctx, nil
+	}
+	req := ratelimitdesc.Request{Request: &rpc.Request, RouteMetadata: s.route.Metadata, LocalCluster: s.cfg.localCluster}
+	var ds []ratelimitdesc.Descriptor
+	for _, p := range s.policies {
+		ds = p.p.Descriptors(ds, s.cfg.stage, p.anyStage, req)
+	}
+	if len(ds) == 0 {
+		return ctx, nil
+	}
+	return httpfilter.WithAfter(ctx, &call{step: s, descriptors: ds}), nil
+}
+
+// call is one RPC's ShouldRateLimit, run after the tap handle on the RPC's
+// goroutine (httpfilter.ContextAfter).
+type call struct {
+	step        *step
+	descriptors []ratelimitdesc.Descriptor
+}
+
+// RunAfter implements httpfilter.After.
+func (c *call) RunAfter(ctx context.Context) error {
+	_, err := c.RunAfterContext(ctx)
+	return err
+}
+
+// RunAfterContext asks the rate limit service and applies its answer: the
+// context it returns carries the request headers the service added.
+func (c *call) RunAfterContext(ctx context.Context) (context.Context, error) {
+	s, cfg := c.step, c.step.cfg
+	callCtx := ctx
+	if t := callTimeout(cfg.timeout, cfg.service.Timeout); t > 0 {
+		var cancel context.CancelFunc
+		callCtx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	cc, err := cfg.service.Conn(callCtx)
+	if err != nil {
+		return c.failed(ctx, err)
+	}
+	if cfg.service.Metadata != nil {
+		callCtx = metadata.NewOutgoingContext(callCtx, cfg.service.Metadata)
+	}
+	resp, err := rlspb.NewRateLimitServiceClient(cc).ShouldRateLimit(callCtx, c.request())
+	if err != nil {
+		return c.failed(ctx, fmt.Errorf("ShouldRateLimit to %q: %w", cfg.service.Target, err))
+	}
+	if resp.GetOverallCode() == rlspb.RateLimitResponse_OVER_LIMIT {
+		return c.overLimit(ctx, resp)
+	}
+	// OK, and UNKNOWN as Envoy takes it: not over the limit.
+	s.count(ctx, outcomeOK)
+	if hdr := c.responseHeaders(resp, false); len(hdr) > 0 {
+		// Sent with the response's headers; dropped by gRPC if the RPC
+		// ends Trailers-Only.
+		_ = grpc.SetHeader(ctx, hdr)
+	}
+	if len(resp.GetRequestHeadersToAdd()) == 0 {
+		return ctx, nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx) // a copy
+	if md == nil {
+		md = metadata.MD{}
+	}
+	changed := false
+	for _, hv := range resp.GetRequestHeadersToAdd() {
+		key, value, ok := headerOf(hv)
+		if ok {
+			md[key] = []string{value}
+			changed = true
+		}
+	}
+	if !changed {
+		return ctx, nil
+	}
+	return metadata.NewIncomingContext(ctx, md), nil
+}
+
+// callTimeout is the shorter of the filter's timeout and the GrpcService's;
+// 0 when neither is set (the RPC's deadline alone bounds the call).
+func callTimeout(filter, service time.Duration) time.Duration {
+	switch {
+	case filter <= 0:
+		return service
+	case service <= 0 || filter < service:
+		return filter
+	}
+	return service
+}
+
+func (c *call) request() *rlspb.RateLimitRequest {
+	r := &rlspb.RateLimitRequest{Domain: c.step.domain, Descriptors: make([]*rlcommonpb.RateLimitDescriptor, len(c.descriptors))}
+	for i, d := range c.descriptors {
+		pd := &rlcommonpb.RateLimitDescriptor{Entries: make([]*rlcommonpb.RateLimitDescriptor_Entry, len(d.Entries))}
+		for j, e := range d.Entries {
+			pd.Entries[j] = &rlcommonpb.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value}
+		}
+		if d.HitsAddend > 0 {
+			pd.HitsAddend = wrapperspb.UInt64(d.HitsAddend)
+		}
+		r.Descriptors[i] = pd
+	}
+	return r
+}
+
+// failed ends a call that got no answer: the RPC goes on unless
+// failure_mode_deny (or failure_mode_deny_percent) says otherwise, in which
+// case it fails with status_on_error's code. An RPC whose own context
+// ended fails with its context's error.
+func (c *call) failed(ctx context.Context, why error) (context.Context, error) {
+	s, cfg := c.step, c.step.cfg
+	s.count(ctx, outcomeError)
+	if ctx.Err() != nil {
+		return ctx, status.FromContextError(ctx.Err()).Err()
+	}
+	deny := cfg.failureModeDeny
+	if cfg.denyPercent != nil {
+		deny = cfg.denyPercent.Hit()
+	}
+	if deny {
+		return ctx, status.Errorf(cfg.errorCode, "ratelimit: the rate limit service did not answer: %v", why)
+	}
+	s.count(ctx, outcomeFailureModeAllowed)
+	if logger.V(2) {
+		logger.Infof("xds: ratelimit: %v; allowed (failure_mode_deny is false)", why)
+	}
+	return ctx, nil
+}
+
+// overLimit fails the RPC with rate_limited_status's code and Envoy's
+// headers as trailers, unless filter_enforced lets it through.
+func (c *call) overLimit(ctx context.Context, resp *rlspb.RateLimitResponse) (context.Context, error) {
+	s, cfg := c.step, c.step.cfg
+	s.count(ctx, outcomeOverLimit)
+	if !cfg.enforced.Hit() {
+		return ctx, nil
+	}
+	tr := c.responseHeaders(resp, true)
+	if !cfg.noRatelimitd {
+		tr.Set(headerRateLimited, "true")
+	}
+	if len(tr) > 0 {
+		_ = grpc.SetTrailer(ctx, tr)
+	}
+	return ctx, status.Error(cfg.limitedCode, "ratelimit: over the limit")
+}
+
+// responseHeaders returns the headers the answer asks for: its
+// response_headers_to_add, the x-ratelimit-* headers when enabled and, for
+// an over-limit answer, retry-after when enabled. Never nil.
+func (c *call) responseHeaders(resp *rlspb.RateLimitResponse, over bool) metadata.MD {
+	cfg := c.step.cfg
+	md := metadata.MD{}
+	for _, hv := range resp.GetResponseHeadersToAdd() {
+		if key, value, ok := headerOf(hv); ok {
+			md.Append(key, value)
+		}
+	}
+	if cfg.xHeaders {
+		xRateLimitHeaders(md, resp.GetStatuses())
+	}
+	if over && cfg.retryAfter {
+		var min time.Duration = -1
+		for _, st := range resp.GetStatuses() {
+			if st.GetCode() != rlspb.RateLimitResponse_OVER_LIMIT || st.GetDurationUntilReset() == nil {
+				continue
+			}
+			if d := st.GetDurationUntilReset().AsDuration(); min < 0 || d < min {
+				min = d
+			}
+		}
+		if min >= 0 {
+			md.Set(headerRetryAfter, strconv.FormatInt(int64((min+time.Second-1)/time.Second), 10))
+		}
+	}
+	return md
+}
+
+// xRateLimitHeaders sets the headers of draft 03 of the RateLimit header
+// fields, from the descriptor status closest to its limit, as Envoy does.
+func xRateLimitHeaders(md metadata.MD, statuses []*rlspb.RateLimitResponse_DescriptorStatus) {
+	var min *rlspb.RateLimitResponse_DescriptorStatus
+	var quota []string
+	for _, st := range statuses {
+		l := st.GetCurrentLimit()
+		if l == nil {
+			continue
+		}
+		if min == nil || st.GetLimitRemaining() < min.GetLimitRemaining() {
+			min = st
+		}
+		q := fmt.Sprintf("%d;w=%d", l.GetRequestsPerUnit(), window(l))
+		if l.GetName() != "" {
+			q += fmt.Sprintf(";name=%q", l.GetName())
+		}
+		quota = append(quota, q)
+	}
+	if min == nil {
+		return
+	}
+	md.Set(headerLimit, strconv.FormatUint(uint64(min.GetCurrentLimit().GetRequestsPerUnit()), 10)+", "+strings.Join(quota, ", "))
+	md.Set(headerRemaining, strconv.FormatUint(uint64(min.GetLimitRemaining()), 10))
+	if d := min.GetDurationUntilReset(); d != nil {
+		md.Set(headerReset, strconv.FormatInt(int64(d.AsDuration()/time.Second), 10))
+	}
+}
+
+// window is a limit's unit in seconds.
+func window(l *rlspb.RateLimitResponse_RateLimit) uint64 {
+	var sec uint64
+	switch l.GetUnit() {
+	case rlspb.RateLimitResponse_RateLimit_SECOND:
+		sec = 1
+	case rlspb.RateLimitResponse_RateLimit_MINUTE:
+		sec = 60
+	case rlspb.RateLimitResponse_RateLimit_HOUR:
+		sec = 3600
+	case rlspb.RateLimitResponse_RateLimit_DAY:
+		sec = 86400
+	case rlspb.RateLimitResponse_RateLimit_WEEK:
+		sec = 7 * 86400
+	case rlspb.RateLimitResponse_RateLimit_MONTH:
+		sec = 30 * 86400
+	case rlspb.RateLimitResponse_RateLimit_YEAR:
+		sec = 365 * 86400
+	}
+	if m := l.GetUnitMultiplier(); m != nil && m.GetValue() > 0 {
+		sec *= uint64(m.GetValue())
+	}
+	return sec
+}
+
+// headerOf validates a header of the service's answer (gRFC A102's rules,
+// as ext_authz's): the key lower-cased; a reserved or invalid one is
+// dropped.
+func headerOf(hv *corepb.HeaderValue) (string, string, bool) {
+	key := strings.ToLower(hv.GetKey())
+	if grpcservice.Reserved(key) {
+		return "", "", false
+	}
+	k, v, err := grpcservice.HeaderValue(&corepb.HeaderValue{Key: key, Value: hv.GetValue(), RawValue: hv.GetRawValue()})
+	if err != nil {
+		if logger.V(2) {
+			logger.Infof("xds: ratelimit: header %q of the rate limit service's answer dropped: %v", key, err)
+		}
+		return "", "", false
+	}
+	return k, v, true
+}
+
+var _ httpfilter.CountingStep = (*step)(nil)
