@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/proxyless-grpc/xds/internal/meshmetrics"
+	"github.com/proxyless-grpc/xds/internal/testutils"
 )
 
 // pilotAgentMetadata is the node metadata istio-agent writes into a
@@ -84,6 +86,32 @@ func (g *greeterRun) scrape(ctx context.Context, t *testing.T) (map[string]*dto.
 	return families, text
 }
 
+// waitSeries scrapes until a series of name has the labels want, and
+// returns its labels. The server records an RPC as it ends, which may be
+// after the client has its answer.
+func (g *greeterRun) waitSeries(ctx context.Context, t *testing.T, name string, want map[string]string) map[string]string {
+	t.Helper()
+	var got map[string]string
+	testutils.WaitFor(ctx, t, fmt.Sprintf("a %s series with %v", name, want), func() error {
+		families, _ := g.scrape(ctx, t)
+		var seen []map[string]string
+	series:
+		for _, m := range families[name].GetMetric() {
+			l := labelsOf(m)
+			seen = append(seen, l)
+			for k, v := range want {
+				if l[k] != v {
+					continue series
+				}
+			}
+			got = l
+			return nil
+		}
+		return fmt.Errorf("series: %v", seen)
+	})
+	return got
+}
+
 func labelsOf(m *dto.Metric) map[string]string {
 	out := map[string]string{}
 	for _, l := range m.GetLabel() {
@@ -125,6 +153,7 @@ func TestMeshMetricsPrometheus(t *testing.T) {
 		t.Errorf("the reply decodes as %+v, %v; want the greeter's workload", w, ok)
 	}
 
+	g.waitSeries(ctx, t, "istio_requests_total", map[string]string{"source_workload": "sleep"})
 	families, text := g.scrape(ctx, t)
 	for name, typ := range map[string]dto.MetricType{
 		"istio_requests_total":                dto.MetricType_COUNTER,

@@ -141,12 +141,28 @@ func NewLocal(nodeID string, md *structpb.Struct) *Local {
 	} {
 		fields[k] = structpb.NewStringValue(v)
 	}
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&structpb.Struct{Fields: fields})
-	if err == nil {
-		l.reply = base64.StdEncoding.EncodeToString(b)
+	// Envoy writes and reads padded base64, the CSM plugin unpadded only
+	// (it refuses '='): a serialized Struct whose length is a multiple of 3
+	// encodes the same either way, so a filler key that neither parser
+	// reads makes it one.
+	for n := 0; n < 4; n++ {
+		if n > 0 {
+			fields[padKey] = structpb.NewStringValue(strings.Repeat("0", n))
+		}
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(&structpb.Struct{Fields: fields})
+		if err != nil {
+			return l
+		}
+		if len(b)%3 == 0 {
+			l.reply = base64.StdEncoding.EncodeToString(b)
+			return l
+		}
 	}
-	return l
+	return l // cannot happen: one of 4 consecutive lengths is a multiple of 3
 }
+
+// padKey is the filler key of the reply (NewLocal).
+const padKey = "x-pad"
 
 // Reply returns the value of the server's x-envoy-peer-metadata answer.
 func (l *Local) Reply() string { return l.reply }

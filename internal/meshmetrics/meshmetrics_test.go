@@ -97,6 +97,10 @@ func TestLocalReply(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the reply is not padded base64: %v", err)
 	}
+	// The CSM plugin decodes unpadded base64 only: the reply has no '='.
+	if _, err := base64.RawStdEncoding.DecodeString(l.Reply()); err != nil {
+		t.Errorf("the reply is not unpadded base64: %v", err)
+	}
 	var s structpb.Struct
 	if err := proto.Unmarshal(raw, &s); err != nil {
 		t.Fatal(err)
@@ -117,6 +121,13 @@ func TestLocalReply(t *testing.T) {
 	// Twice the same: deterministic.
 	if again := NewLocal(l.NodeID, mustStruct(t, istioNode("server-ns", "greeter"))).Reply(); again != l.Reply() {
 		t.Error("two replies of the same metadata differ")
+	}
+	// Whatever the metadata's length, the reply needs no padding.
+	for n := 1; n <= 6; n++ {
+		r := NewLocal("", mustStruct(t, istioNode("ns", strings.Repeat("w", n)))).Reply()
+		if r == "" || strings.Contains(r, "=") {
+			t.Errorf("reply for a workload name of %d bytes: %q, want base64 without padding", n, r)
+		}
 	}
 	// No metadata: all unknown, revision latest.
 	if w := NewLocal("", nil).Workload; w != unknownWorkload() {
