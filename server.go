@@ -295,6 +295,7 @@ func (s *GRPCServer) stop(graceful bool) {
 	}
 	wg.Wait()
 	s.catalog.Stop()
+	s.mesh.Close()
 	s.release()
 	close(s.stopDone)
 }

@@ -18,7 +18,7 @@ import (
 
 func TestMain(m *testing.M) { testutils.VerifyNoLeaks(m) }
 
-func mustStruct(t *testing.T, m map[string]any) *structpb.Struct {
+func mustStruct(t testing.TB, m map[string]any) *structpb.Struct {
 	t.Helper()
 	s, err := structpb.NewStruct(m)
 	if err != nil {
