@@ -185,14 +185,6 @@ func (r *Recorder) Close() {
 	}
 }
 
-// Local returns the server's own side, as its metrics and reply carry it.
-func (r *Recorder) Local() *Local {
-	if r == nil {
-		return nil
-	}
-	return r.local
-}
-
 // ServerOptions returns the options of the gRPC servers of one filter
 // chain: a stats handler that records, and the interceptors that answer
 // the peer metadata header. localCert returns the leaf of the chain's
