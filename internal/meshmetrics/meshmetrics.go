@@ -72,10 +72,18 @@ type Recorder struct {
 	resMsgs  metric.Int64ObservableCounter
 	reg      metric.Registration // of the counters' callback; nil if none
 
-	mu     sync.Mutex
-	series map[attribute.Distinct]*series // every label set recorded; guarded by mu
-	list   atomic.Pointer[[]*series]      // series' values, copy on write under mu
+	mu       sync.Mutex
+	series   map[attribute.Distinct]*series // every label set recorded; guarded by mu
+	all      []*series                      // series' values, appended under mu
+	list     atomic.Pointer[[]*series]      // a prefix of all, for observe
+	overflow *codeOpts                      // for label sets beyond MaxSeries; guarded by mu
 }
+
+// MaxSeries bounds the label sets a server records (the peer metadata
+// header and :authority are the client's to choose). RPCs with a label set
+// beyond it are recorded under the one set {otel.metric.overflow="true"},
+// as OpenTelemetry SDKs do past their cardinality limit.
+const MaxSeries = 10000
 
 // series is the counts of one label set.
 type series struct {
@@ -161,19 +169,16 @@ func (r *Recorder) observe(_ context.Context, o metric.Observer) error {
 }
 
 // seriesOf returns the counts of the label set set, created on first use.
+// Called with r.mu held.
 func (r *Recorder) seriesOf(set attribute.Set) *series {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if s, ok := r.series[set.Equivalent()]; ok {
 		return s
 	}
 	s := &series{obs: []metric.ObserveOption{metric.WithAttributeSet(set)}}
 	r.series[set.Equivalent()] = s
-	var list []*series
-	if old := r.list.Load(); old != nil {
-		list = append(list, *old...)
-	}
-	list = append(list, s)
+	// Readers see a prefix of all: appending never writes below its end.
+	r.all = append(r.all, s)
+	list := r.all
 	r.list.Store(&list)
 	return s
 }
@@ -239,6 +244,15 @@ type codeOpts struct {
 
 func newCodeOpts(r *Recorder, base []attribute.KeyValue, code uint32) *codeOpts {
 	set := withCodes(base, code)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.series[set.Equivalent()]; !ok && len(r.series) >= MaxSeries {
+		if r.overflow == nil {
+			over := attribute.NewSet(attribute.Bool("otel.metric.overflow", true))
+			r.overflow = &codeOpts{s: r.seriesOf(over), rec: []metric.RecordOption{metric.WithAttributeSet(over)}}
+		}
+		return r.overflow
+	}
 	return &codeOpts{s: r.seriesOf(set), rec: []metric.RecordOption{metric.WithAttributeSet(set)}}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -209,3 +210,28 @@ func TestCSMAnswers(t *testing.T) {
 }
 
 func attributeKey(k string) attribute.Key { return attribute.Key(k) }
+
+// Label sets beyond MaxSeries, which a client could make by varying its
+// header, go to one overflow series: memory stays bounded.
+func TestMaxSeries(t *testing.T) {
+	r, err := New(noop.NewMeterProvider(), "n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := baseAttrs(r.local, "", unknownWorkload(), "", false, "a")
+	var last *codeOpts
+	for i := range MaxSeries + 5 {
+		b := append(base[:len(base):len(base)], attribute.Int("i", i))
+		last = newCodeOpts(r, b, 0)
+	}
+	if len(r.series) != MaxSeries+1 {
+		t.Errorf("%d series, want MaxSeries+1 (the overflow's)", len(r.series))
+	}
+	if last != r.overflow || r.overflow == nil {
+		t.Error("a label set beyond MaxSeries did not go to the overflow series")
+	}
+	// A label set already known keeps its series.
+	if o := newCodeOpts(r, append(base[:len(base):len(base)], attribute.Int("i", 3)), 0); o == r.overflow {
+		t.Error("a known label set went to the overflow series")
+	}
+}
