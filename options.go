@@ -124,6 +124,30 @@ func MeterProvider(mp metric.MeterProvider) grpc.ServerOption {
 	return &meterProviderOption{mp: mp}
 }
 
+// MeshMetrics returns a server option that records, in the MeterProvider
+// the server is given, Istio's standard metrics of every RPC it handles, as
+// an Envoy sidecar in front of it would (reporter="destination"), so that
+// Istio's dashboards and Kiali see the server with no sidecar:
+// istio_requests_total, istio_request_duration_milliseconds,
+// istio_request_bytes, istio_response_bytes (histograms with Envoy's
+// default buckets), istio_request_messages_total and
+// istio_response_messages_total, with Istio's 25 labels. The server's own
+// labels come from the bootstrap's node metadata as istio-agent writes it
+// (WORKLOAD_NAME, NAMESPACE, CLUSTER_ID, LABELS), the client's from the
+// x-envoy-peer-metadata header (Istio's keys or those of grpc-go's CSM
+// plugin) or else its certificate's SPIFFE ID; a request that carried the
+// header is answered with the server's own. docs/observability.md says how
+// the names come out in Prometheus, and what Kiali needs.
+//
+// Off by default. Without a MeterProvider it records nothing.
+//
+// # Experimental
+//
+// This option and the metrics it enables may change in a later release.
+func MeshMetrics() grpc.ServerOption {
+	return &meshMetricsOption{}
+}
+
 // ClientPool returns a server option that takes the xDS client from p
 // instead of xdsclient.DefaultPool. Servers of one process whose bootstrap
 // configurations are equal share one client per pool. A nil p means
@@ -157,6 +181,10 @@ type meterProviderOption struct {
 	mp metric.MeterProvider
 }
 
+type meshMetricsOption struct {
+	grpc.EmptyServerOption
+}
+
 type clientPoolOption struct {
 	grpc.EmptyServerOption
 	p *pubxdsclient.Pool
@@ -173,6 +201,7 @@ type serverOptions struct {
 	meters       metric.MeterProvider // nil: no metrics
 	metrics      *metrics.Server      // nil without meters
 	readiness    *readinessConfig     // nil: no ReadinessHealth
+	mesh         bool                 // MeshMetrics
 	// nonXDSCreds describes the server's transport credentials when they
 	// are not xDS credentials (a filter chain's transport_socket is then
 	// not applied, gRFC A29); empty when they are. Set by resolveCreds.
@@ -225,6 +254,8 @@ func parseOptions(opts []grpc.ServerOption) (*serverOptions, error) {
 				return nil, fmt.Errorf("xds: ReadinessHealth: the health server is nil")
 			}
 			so.readiness = &o.r
+		case *meshMetricsOption:
+			so.mesh = true
 		case *clientPoolOption:
 			so.pool = xdsclient.DefaultPool
 			if o.p != nil {

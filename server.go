@@ -13,6 +13,7 @@ import (
 
 	pubbootstrap "github.com/proxyless-grpc/xds/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/bootstrap"
+	"github.com/proxyless-grpc/xds/internal/meshmetrics"
 	"github.com/proxyless-grpc/xds/internal/server/connserver"
 	"github.com/proxyless-grpc/xds/internal/server/listener"
 	"github.com/proxyless-grpc/xds/internal/server/serverlog"
@@ -28,9 +29,10 @@ import (
 //
 // Create one with NewGRPCServer. All methods are safe for concurrent use.
 type GRPCServer struct {
-	opts    *serverOptions    // immutable
-	client  *xdsclient.Client // immutable; released by the first Stop/GracefulStop
-	release func()            // immutable
+	opts    *serverOptions        // immutable
+	client  *xdsclient.Client     // immutable; released by the first Stop/GracefulStop
+	mesh    *meshmetrics.Recorder // immutable; nil without MeshMetrics
+	release func()                // immutable
 	// catalog is a grpc.Server built from the user's options that never
 	// serves: it validates registrations as grpc.Server does and answers
 	// GetServiceInfo. Immutable pointer; grpc.Server is safe for concurrent
@@ -115,8 +117,15 @@ func NewGRPCServer(opts ...grpc.ServerOption) (*GRPCServer, error) {
 		catalog.Stop()
 		return nil, fmt.Errorf("xds: creating the xDS client: %w", err)
 	}
+	var mesh *meshmetrics.Recorder
+	if so.mesh {
+		if mesh, err = meshmetrics.New(so.meters, cfg.Node.GetId(), cfg.Node.GetMetadata()); err != nil {
+			serverlog.Component.Errorf("xds: creating the mesh metrics: %v", err)
+		}
+	}
 	s := &GRPCServer{
 		opts:     so,
+		mesh:     mesh,
 		client:   client,
 		release:  release,
 		catalog:  catalog,
@@ -220,6 +229,7 @@ func (s *GRPCServer) Serve(lis net.Listener) error {
 			Services:    s.services,
 			DrainGrace:  s.opts.drainGrace,
 			DrainJitter: s.opts.drainJitter,
+			Mesh:        s.mesh,
 		},
 		Metrics:      s.opts.metrics.Listener(addr.String()),
 		NonXDSCreds:  s.opts.nonXDSCreds,
@@ -285,6 +295,7 @@ func (s *GRPCServer) stop(graceful bool) {
 	}
 	wg.Wait()
 	s.catalog.Stop()
+	s.mesh.Close()
 	s.release()
 	close(s.stopDone)
 }

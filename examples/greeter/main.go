@@ -62,6 +62,7 @@ type config struct {
 	shutdownDelay   time.Duration // NOT_SERVING before GracefulStop for this long
 	shutdownTimeout time.Duration // how long GracefulStop may take before Stop
 	drainGrace      time.Duration // xds.DrainGraceTime
+	noMeshMetrics   bool          // without xds.MeshMetrics (-mesh-metrics=false)
 	log             *log.Logger
 
 	// Test hooks, nil in the command.
@@ -93,9 +94,11 @@ func parseFlags(args []string, output io.Writer) (config, error) {
 	fs.DurationVar(&cfg.shutdownDelay, "shutdown-delay", 5*time.Second, "on SIGINT/SIGTERM, how long to report NOT_SERVING while still serving, before GracefulStop")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 30*time.Second, "after -shutdown-delay, how long to let RPCs in flight finish before closing every connection")
 	fs.DurationVar(&cfg.drainGrace, "drain-grace", xds.DefaultDrainGraceTime, "how long a connection drained by a configuration change may finish its RPCs")
+	meshMetrics := fs.Bool("mesh-metrics", true, "record Istio's standard metrics (istio_requests_total, ...) as a sidecar would, for Istio's dashboards and Kiali (xds.MeshMetrics)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
+	cfg.noMeshMetrics = !*meshMetrics
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
@@ -140,7 +143,7 @@ func run(ctx context.Context, cfg config) (err error) {
 		return err
 	}
 	healthSrv := health.NewServer()
-	s, err := xds.NewGRPCServer(
+	opts := []grpc.ServerOption{
 		grpc.Creds(creds),
 		xds.DrainGraceTime(cfg.drainGrace),
 		// NOT_SERVING until the Listener arrives, and from Stop/GracefulStop.
@@ -156,7 +159,13 @@ func run(ctx context.Context, cfg config) (err error) {
 			// see docs/troubleshooting.md.
 			cfg.log.Printf("%v is %v: %v", addr, args.Mode, args.Err)
 		}),
-	)
+	}
+	if !cfg.noMeshMetrics {
+		// istio_requests_total and the rest, in the same MeterProvider:
+		// Istio's dashboards and Kiali see the greeter as if it had a sidecar.
+		opts = append(opts, xds.MeshMetrics())
+	}
+	s, err := xds.NewGRPCServer(opts...)
 	if err != nil {
 		return err // no bootstrap, an invalid one, or no server_listener_resource_name_template
 	}

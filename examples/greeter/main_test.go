@@ -50,16 +50,18 @@ func TestParseFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.addr != "127.0.0.1:50051" || cfg.adminGRPCAddr != "127.0.0.1:50052" || cfg.adminHTTPAddr != "127.0.0.1:50053" ||
-		cfg.pprof || cfg.shutdownDelay != 5*time.Second || cfg.shutdownTimeout != 30*time.Second || cfg.drainGrace != 10*time.Minute {
+		cfg.pprof || cfg.shutdownDelay != 5*time.Second || cfg.shutdownTimeout != 30*time.Second || cfg.drainGrace != 10*time.Minute ||
+		cfg.noMeshMetrics {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	cfg, err = parseFlags([]string{"-addr", "0.0.0.0:8080", "-admin-grpc-addr", ":9090", "-admin-http-addr", ":9091", "-pprof",
-		"-shutdown-delay", "2s", "-shutdown-timeout", "5s", "-drain-grace", "1m"}, io.Discard)
+		"-shutdown-delay", "2s", "-shutdown-timeout", "5s", "-drain-grace", "1m", "-mesh-metrics=false"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.addr != "0.0.0.0:8080" || cfg.adminGRPCAddr != ":9090" || cfg.adminHTTPAddr != ":9091" || !cfg.pprof ||
-		cfg.shutdownDelay != 2*time.Second || cfg.shutdownTimeout != 5*time.Second || cfg.drainGrace != time.Minute {
+		cfg.shutdownDelay != 2*time.Second || cfg.shutdownTimeout != 5*time.Second || cfg.drainGrace != time.Minute ||
+		!cfg.noMeshMetrics {
 		t.Errorf("parsed: %+v", cfg)
 	}
 	for _, args := range [][]string{{"-no-such-flag"}, {"extra"}, {"-shutdown-timeout", "soon"}} {
@@ -139,6 +141,7 @@ type greeterOptions struct {
 	register        func(grpc.ServiceRegistrar) // more services on the xDS server
 	pprof           bool
 	clientCreds     credentials.TransportCredentials // of g.conn; insecure if nil
+	noMeshMetrics   bool                             // -mesh-metrics=false
 }
 
 // runGreeter runs the greeter in process on loopback port 0, with the
@@ -175,6 +178,7 @@ func runGreeter(ctx context.Context, t *testing.T, o greeterOptions) *greeterRun
 			endDelay:        g.endDelay,
 			register:        o.register,
 			pprof:           o.pprof,
+			noMeshMetrics:   o.noMeshMetrics,
 		})
 	}()
 	select {
@@ -227,6 +231,7 @@ func managementServerWith(t *testing.T, providers map[string]json.RawMessage) (*
 	contents := e2e.Bootstrap(t, e2e.BootstrapOptions{
 		ServerURIs:                         []string{ms.Address},
 		NodeID:                             "greeter-test",
+		NodeMetadata:                       pilotAgentMetadata,
 		ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
 		CertificateProviders:               providers,
 	})

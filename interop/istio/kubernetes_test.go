@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -302,6 +303,16 @@ func (mf *manifests) checkShape(t *testing.T) (xdsHost string, xdsPort, probePor
 		if !slices.ContainsFunc(c.Ports, func(cp corev1.ContainerPort) bool { return int(cp.ContainerPort) == p }) {
 			t.Errorf("container %s does not declare port %d", c.Name, p)
 		}
+	}
+	// Prometheus (and Istio's metrics merging) scrape the greeter's
+	// /metrics, with its mesh metrics, on the admin HTTP port.
+	for k, want := range map[string]string{"prometheus.io/scrape": "true", "prometheus.io/port": strconv.Itoa(httpPort), "prometheus.io/path": "/metrics"} {
+		if got := tmpl.Annotations[k]; got != want {
+			t.Errorf("pod annotation %s = %q, want %q", k, got, want)
+		}
+	}
+	if slices.Contains(c.Args, "-mesh-metrics=false") {
+		t.Errorf("container %s's args turn the mesh metrics off", c.Name)
 	}
 	// The greeter's flags listen where the manifests say.
 	xdsHost = "0.0.0.0"

@@ -93,6 +93,10 @@ type mesh struct {
 	// server is the pod the echo server runs as: echoPod unless the
 	// meshSpec says otherwise.
 	server workload
+	// nodeMeta, if set, completes a workload's node metadata before
+	// istio's generator writes the bootstrap, with what istio-agent reads
+	// from the pod (its labels, its workload's name).
+	nodeMeta func(w workload, md *agentmodel.NodeMetadata)
 }
 
 // newMesh starts an istiod configured by spec. It and everything it started
@@ -330,20 +334,24 @@ func (m *mesh) bootstrap(t *testing.T, w workload, certDir string) []byte {
 // bootstrapConfig is bootstrap before it is encoded.
 func (m *mesh) bootstrapConfig(t *testing.T, w workload, certDir string) *grpcxds.Bootstrap {
 	t.Helper()
+	md := agentmodel.NodeMetadata{
+		Namespace:      w.namespace,
+		Generator:      "grpc",
+		ClusterID:      constants.DefaultClusterName,
+		InstanceIPs:    []string{w.ip.String()},
+		ServiceAccount: w.serviceAccount,
+		// The version of the pinned istio tree (its VERSION file), as an
+		// agent of that version reports it.
+		IstioVersion: "1.31.0",
+	}
+	if m.nodeMeta != nil {
+		m.nodeMeta(w, &md)
+	}
 	b, err := grpcxds.GenerateBootstrap(grpcxds.GenerateBootstrapOptions{
 		Node: &agentmodel.Node{
 			ID: w.nodeID(),
 			Metadata: &agentmodel.BootstrapNodeMetadata{
-				NodeMetadata: agentmodel.NodeMetadata{
-					Namespace:      w.namespace,
-					Generator:      "grpc",
-					ClusterID:      constants.DefaultClusterName,
-					InstanceIPs:    []string{w.ip.String()},
-					ServiceAccount: w.serviceAccount,
-					// The version of the pinned istio tree (its VERSION
-					// file), as an agent of that version reports it.
-					IstioVersion: "1.31.0",
-				},
+				NodeMetadata: md,
 				InstanceName: w.name,
 			},
 		},

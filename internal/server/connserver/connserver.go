@@ -31,6 +31,7 @@ import (
 
 	"github.com/proxyless-grpc/xds/internal/clock"
 	"github.com/proxyless-grpc/xds/internal/filterchain"
+	"github.com/proxyless-grpc/xds/internal/meshmetrics"
 	"github.com/proxyless-grpc/xds/internal/server/rpcpath"
 	"github.com/proxyless-grpc/xds/internal/server/security"
 	"github.com/proxyless-grpc/xds/internal/server/serverlog"
@@ -53,6 +54,8 @@ type Options struct {
 	// DrainGrace is how long a drained connection keeps its RPCs after its
 	// GOAWAY; DrainJitter spreads the GOAWAYs of one drain over a window.
 	DrainGrace, DrainJitter time.Duration
+	// Mesh records Istio's standard metrics of the RPCs; nil records none.
+	Mesh *meshmetrics.Recorder
 	// Log is the listener's logger.
 	Log *serverlog.Logger
 	// Clock times the drains (jitter delays, grace deadlines, the wait for
@@ -126,7 +129,13 @@ func (g *Group) NewChainServer(fc *filterchain.FilterChain, routes *rpcpath.Sour
 		conns:  make(map[*Conn]struct{}),
 	}
 	cs.rpc = rpcpath.NewChain(fc.Name, fc.HCM, routes).WithLocalIdentity(sec.LocalCertificate)
-	cs.grpcOpts = cs.rpc.ServerOptions(g.opts.GRPCOptions)
+	user := g.opts.GRPCOptions
+	if mesh := g.opts.Mesh.ServerOptions(sec.LocalCertificate); mesh != nil {
+		// First, so that the peer metadata reply is set before the user's
+		// interceptors run.
+		user = append(mesh, user...)
+	}
+	cs.grpcOpts = cs.rpc.ServerOptions(user)
 	g.mu.Lock()
 	g.servers[cs] = struct{}{}
 	g.mu.Unlock()

@@ -14,6 +14,8 @@ type BootstrapOptions struct {
 	ServerURIs []string
 	// NodeID is node.id.
 	NodeID string
+	// NodeMetadata is node.metadata (left out if nil).
+	NodeMetadata map[string]any
 	// ServerFeatures are added to every server's server_features after "xds_v3".
 	ServerFeatures []string
 	// ServerListenerResourceNameTemplate is server_listener_resource_name_template;
@@ -55,7 +57,8 @@ type jsonAuthority struct {
 }
 
 type jsonNode struct {
-	ID string `json:"id,omitempty"`
+	ID       string         `json:"id,omitempty"`
+	Metadata map[string]any `json:"metadata,omitempty"`
 }
 
 type jsonBootstrap struct {
@@ -88,8 +91,8 @@ func Bootstrap(t testing.TB, o BootstrapOptions) []byte {
 		CertificateProviders:               o.CertificateProviders,
 		AllowedGRPCServices:                o.AllowedGRPCServices,
 	}
-	if o.NodeID != "" {
-		b.Node = &jsonNode{ID: o.NodeID}
+	if o.NodeID != "" || o.NodeMetadata != nil {
+		b.Node = &jsonNode{ID: o.NodeID, Metadata: o.NodeMetadata}
 	}
 	if o.Authorities != nil {
 		b.Authorities = make(map[string]jsonAuthority, len(o.Authorities))

@@ -1,0 +1,237 @@
+package meshmetrics
+
+import (
+	"crypto/x509"
+	"encoding/base64"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric/noop"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/proxyless-grpc/xds/internal/testutils"
+)
+
+func TestMain(m *testing.M) { testutils.VerifyNoLeaks(m) }
+
+func mustStruct(t testing.TB, m map[string]any) *structpb.Struct {
+	t.Helper()
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// encode serializes m as a header value: deterministically, in padded
+// (Envoy) or unpadded (grpc-go CSM plugin) base64.
+func encode(t *testing.T, m map[string]any, padded bool) string {
+	t.Helper()
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(mustStruct(t, m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if padded {
+		return base64.StdEncoding.EncodeToString(b)
+	}
+	return base64.RawStdEncoding.EncodeToString(b)
+}
+
+// istioNode is node metadata as pilot-agent writes it (and an Envoy
+// sidecar sends as its peer metadata).
+func istioNode(ns, workload string) map[string]any {
+	return map[string]any{
+		"NAME": workload + "-6d4b9c-x2x", "NAMESPACE": ns, "WORKLOAD_NAME": workload, "CLUSTER_ID": "Kubernetes",
+		"OWNER": "kubernetes://apis/apps/v1/namespaces/" + ns + "/deployments/" + workload, "MESH_ID": "cluster.local",
+		"LABELS": map[string]any{"app": workload, "version": "v1", "service.istio.io/canonical-name": workload + "-svc",
+			"service.istio.io/canonical-revision": "v1"},
+	}
+}
+
+func TestDecodePeer(t *testing.T) {
+	istio := Workload{Name: "sleep", Namespace: "client-ns", App: "sleep", Version: "v1", CanonicalService: "sleep-svc", CanonicalRevision: "v1", Cluster: "Kubernetes"}
+	unknown := unknownWorkload()
+	long := encode(t, map[string]any{"NAMESPACE": strings.Repeat("n", maxHeader)}, true)
+	for _, c := range []struct {
+		desc   string
+		header string
+		want   Workload
+		wantOK bool
+	}{
+		{"Istio keys, padded base64", encode(t, istioNode("client-ns", "sleep"), true), istio, true},
+		{"Istio keys, unpadded base64", encode(t, istioNode("client-ns", "sleep"), false), istio, true},
+		{"Istio keys, no canonical labels: app.kubernetes.io labels first", encode(t, map[string]any{"NAMESPACE": "ns", "WORKLOAD_NAME": "w",
+			"LABELS": map[string]any{"app": "a", "app.kubernetes.io/name": "k", "version": "v1", "app.kubernetes.io/version": "v2"}}, true),
+			Workload{Name: "w", Namespace: "ns", App: "k", Version: "v2", CanonicalService: "k", CanonicalRevision: "v2", Cluster: Unknown}, true},
+		{"CSM keys (GKE)", encode(t, map[string]any{"type": "gcp_kubernetes_engine", "canonical_service": "csm-client", "workload_name": "client-wl",
+			"namespace_name": "client-ns", "cluster_name": "c1", "location": "us-east1-b", "project_id": "p"}, false),
+			Workload{Name: "client-wl", Namespace: "client-ns", App: Unknown, Version: Unknown, CanonicalService: "csm-client", CanonicalRevision: "latest", Cluster: "c1"}, true},
+		{"CSM keys outside GKE", encode(t, map[string]any{"type": "unknown", "canonical_service": "csm-client"}, false),
+			Workload{Name: Unknown, Namespace: Unknown, App: Unknown, Version: Unknown, CanonicalService: "csm-client", CanonicalRevision: "latest", Cluster: Unknown}, true},
+		{"empty", "", unknown, false},
+		{"not base64", "!!!", unknown, false},
+		{"not a Struct", base64.StdEncoding.EncodeToString([]byte{0xff, 0xff, 0xff}), unknown, false},
+		{"neither dialect", encode(t, map[string]any{"foo": "bar"}, true), unknown, false},
+		{"too large", long, unknown, false},
+	} {
+		got, ok := DecodePeer(c.header)
+		if ok != c.wantOK || got != c.want {
+			t.Errorf("%s: DecodePeer = %+v, %v; want %+v, %v", c.desc, got, ok, c.want, c.wantOK)
+		}
+	}
+}
+
+// The server's reply carries both dialects in one Struct, and decodes as
+// its own workload.
+func TestLocalReply(t *testing.T) {
+	l := NewLocal("sidecar~10.0.0.1~greeter-1.ns~ns.svc.cluster.local", mustStruct(t, istioNode("server-ns", "greeter")))
+	want := Workload{Name: "greeter", Namespace: "server-ns", App: "greeter", Version: "v1", CanonicalService: "greeter-svc", CanonicalRevision: "v1", Cluster: "Kubernetes"}
+	if l.Workload != want {
+		t.Errorf("local workload = %+v, want %+v", l.Workload, want)
+	}
+	raw, err := base64.StdEncoding.DecodeString(l.Reply())
+	if err != nil {
+		t.Fatalf("the reply is not padded base64: %v", err)
+	}
+	// The CSM plugin decodes unpadded base64 only: the reply has no '='.
+	if _, err := base64.RawStdEncoding.DecodeString(l.Reply()); err != nil {
+		t.Errorf("the reply is not unpadded base64: %v", err)
+	}
+	var s structpb.Struct
+	if err := proto.Unmarshal(raw, &s); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for k, v := range s.Fields {
+		got[k] = v.GetStringValue()
+	}
+	for k, v := range map[string]string{"NAMESPACE": "server-ns", "WORKLOAD_NAME": "greeter", "CLUSTER_ID": "Kubernetes",
+		"type": "gcp_kubernetes_engine", "canonical_service": "greeter-svc", "workload_name": "greeter", "namespace_name": "server-ns", "cluster_name": "Kubernetes"} {
+		if got[k] != v {
+			t.Errorf("reply[%q] = %q, want %q", k, got[k], v)
+		}
+	}
+	if w, ok := DecodePeer(l.Reply()); !ok || w != want {
+		t.Errorf("the reply decodes as %+v, %v; want %+v", w, ok, want)
+	}
+	// Twice the same: deterministic.
+	if again := NewLocal(l.NodeID, mustStruct(t, istioNode("server-ns", "greeter"))).Reply(); again != l.Reply() {
+		t.Error("two replies of the same metadata differ")
+	}
+	// Whatever the metadata's length, the reply needs no padding.
+	for n := 1; n <= 6; n++ {
+		r := NewLocal("", mustStruct(t, istioNode("ns", strings.Repeat("w", n)))).Reply()
+		if r == "" || strings.Contains(r, "=") {
+			t.Errorf("reply for a workload name of %d bytes: %q, want base64 without padding", n, r)
+		}
+	}
+	// No metadata: all unknown, revision latest.
+	if w := NewLocal("", nil).Workload; w != unknownWorkload() {
+		t.Errorf("workload of no metadata = %+v", w)
+	}
+}
+
+func TestSource(t *testing.T) {
+	hdr := encode(t, istioNode("client-ns", "sleep"), true)
+	if w := source(hdr, "spiffe://td/ns/other/sa/x", "other"); w.Namespace != "client-ns" || w.Name != "sleep" {
+		t.Errorf("with a header: %+v, want the header's workload", w)
+	}
+	// A certificate alone: Kiali would drop a known namespace with an
+	// unknown workload and canonical service, so the namespace stays
+	// unknown too.
+	if w := source("", "spiffe://td/ns/other/sa/x", "other"); w != unknownWorkload() {
+		t.Errorf("certificate only: %+v, want all unknown", w)
+	}
+	// A CSM header without a namespace: the certificate's.
+	csm := encode(t, map[string]any{"type": "unknown", "canonical_service": "c"}, false)
+	if w := source(csm, "spiffe://td/ns/other/sa/x", "other"); w.Namespace != "other" || w.CanonicalService != "c" {
+		t.Errorf("CSM header without namespace: %+v, want the certificate's namespace", w)
+	}
+}
+
+func TestSpiffeID(t *testing.T) {
+	u, _ := url.Parse("spiffe://cluster.local/ns/default/sa/sleep")
+	d, _ := url.Parse("https://example.com/ns/x")
+	id, ns := SpiffeID(&x509.Certificate{URIs: []*url.URL{d, u}})
+	if id != "spiffe://cluster.local/ns/default/sa/sleep" || ns != "default" {
+		t.Errorf("SpiffeID = %q, %q", id, ns)
+	}
+	if id, ns := SpiffeID(nil); id != "" || ns != "" {
+		t.Errorf("SpiffeID(nil) = %q, %q", id, ns)
+	}
+}
+
+func TestServiceOf(t *testing.T) {
+	for _, c := range []struct{ authority, svc, name, ns string }{
+		{"greeter.prod.svc.cluster.local:50051", "greeter.prod.svc.cluster.local", "greeter", "prod"},
+		{"greeter.prod.svc", "greeter.prod.svc", "greeter", "prod"},
+		{"greeter.prod:80", "greeter.prod", "greeter", "prod"},
+		{"greeter", "greeter", "greeter", "own"},
+		{"10.0.0.1:8080", "10.0.0.1", "10.0.0.1", "own"},
+		{"[::1]:8080", "::1", "::1", "own"},
+		{"", Unknown, Unknown, "own"},
+	} {
+		svc, name, ns := serviceOf(c.authority, "own")
+		if diff := cmp.Diff([]string{c.svc, c.name, c.ns}, []string{svc, name, ns}); diff != "" {
+			t.Errorf("serviceOf(%q) (-want +got):\n%s", c.authority, diff)
+		}
+	}
+}
+
+// Every one of Istio's 25 labels, once.
+func TestLabels(t *testing.T) {
+	l := NewLocal("n", mustStruct(t, istioNode("server-ns", "greeter")))
+	set := withCodes(baseAttrs(l, "spiffe://a/server", unknownWorkload(), "", true, "greeter.server-ns.svc:1"), 14)
+	if set.Len() != 25 {
+		t.Errorf("%d labels, want 25: %v", set.Len(), set.Encoded(nil))
+	}
+	for k, want := range map[string]string{LabelGRPCResponseStatus: "14", LabelResponseCode: "200", LabelReporter: "destination",
+		LabelConnectionSecurityPolicy: "mutual_tls", LabelDestinationPrincipal: "spiffe://a/server", LabelDestinationServiceName: "greeter"} {
+		if v, ok := set.Value(attributeKey(k)); !ok || v.AsString() != want {
+			t.Errorf("label %s = %q, want %q", k, v.AsString(), want)
+		}
+	}
+}
+
+// Only the CSM plugin's wrappers with a header to add are taken for its
+// answer.
+func TestCSMAnswers(t *testing.T) {
+	type attachLabelsStream struct{ metadataExchangeLabels metadata.MD }
+	for _, x := range []any{nil, 3, &attachLabelsStream{metadataExchangeLabels: metadata.Pairs("a", "b")}} {
+		if csmAnswers(x) {
+			t.Errorf("csmAnswers(%T) = true", x)
+		}
+	}
+}
+
+func attributeKey(k string) attribute.Key { return attribute.Key(k) }
+
+// Label sets beyond MaxSeries, which a client could make by varying its
+// header, go to one overflow series: memory stays bounded.
+func TestMaxSeries(t *testing.T) {
+	r, err := New(noop.NewMeterProvider(), "n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := baseAttrs(r.local, "", unknownWorkload(), "", false, "a")
+	var last *codeOpts
+	for i := range MaxSeries + 5 {
+		b := append(base[:len(base):len(base)], attribute.Int("i", i))
+		last = newCodeOpts(r, b, 0)
+	}
+	if len(r.series) != MaxSeries+1 {
+		t.Errorf("%d series, want MaxSeries+1 (the overflow's)", len(r.series))
+	}
+	if last != r.overflow || r.overflow == nil {
+		t.Error("a label set beyond MaxSeries did not go to the overflow series")
+	}
+	// A label set already known keeps its series.
+	if o := newCodeOpts(r, append(base[:len(base):len(base)], attribute.Int("i", 3)), 0); o == r.overflow {
+		t.Error("a known label set went to the overflow series")
+	}
+}
