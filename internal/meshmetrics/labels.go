@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 
@@ -303,7 +304,7 @@ func serviceOf(authority, ownNamespace string) (svc, name, namespace string) {
 	if len(parts) >= 3 && parts[2] == "svc" {
 		return host, parts[0], parts[1]
 	}
-	if len(parts) == 2 && net.ParseIP(host) == nil {
+	if _, err := netip.ParseAddr(host); len(parts) == 2 && err != nil {
 		return host, parts[0], parts[1]
 	}
 	return host, host, ownNamespace
