@@ -214,3 +214,38 @@ func TestMeshMetricsOff(t *testing.T) {
 		t.Errorf("%s recorded without MeshMetrics: %v", meshmetrics.RequestsTotal, p)
 	}
 }
+
+// TestMeshMetricsRefusedInTap: an RPC the filter chain refuses in gRPC's
+// tap handle (here RBAC's PERMISSION_DENIED), which gRPC never reports to
+// a stats handler, is counted with its status, as a sidecar counts the
+// requests its filters refuse; the allowed one is counted apart.
+func TestMeshMetricsRefusedInTap(t *testing.T) {
+	ctx := testContext(t)
+	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
+	nodeID := "sidecar~10.0.0.7~greeter-7f9c-abcde.server-ns~server-ns.svc.cluster.local"
+	env := &testEnv{ms: ms, nodeID: nodeID, bootstrap: e2e.Bootstrap(t, e2e.BootstrapOptions{
+		ServerURIs: []string{ms.Address}, NodeID: nodeID, NodeMetadata: pilotAgentMetadata,
+		ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
+	})}
+	mr := testutils.NewMetricReader(t)
+	_, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
+		return rbacListener(t, a, allowMethods(methodEmpty), allRoutes("routes"), "")
+	}, nil, xds.MeterProvider(mr.Provider), xds.MeshMetrics())
+	c := connected(ctx, t, addr)
+	hctx := metadata.AppendToOutgoingContext(ctx, meshmetrics.HeaderMetadata, envoyPeerHeader(t))
+	if got := c.unaryCall(hctx); got != codes.PermissionDenied {
+		t.Fatalf("UnaryCall: %v, want PERMISSION_DENIED (RBAC)", got)
+	}
+	if got := c.emptyCall(hctx); got != codes.OK {
+		t.Fatalf("EmptyCall: %v, want OK", got)
+	}
+	src := map[string]string{"reporter": "destination", "source_workload": "sleep", "source_workload_namespace": "client-ns",
+		"destination_workload": "greeter", "response_code": "200"}
+	for code, want := range map[string]int64{"7": 1, "0": 1} {
+		kv := map[string]string{"grpc_response_status": code}
+		for k, v := range src {
+			kv[k] = v
+		}
+		mr.WaitForValue(ctx, t, meshmetrics.RequestsTotal, want, labels(kv)...)
+	}
+}

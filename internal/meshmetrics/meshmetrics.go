@@ -23,11 +23,13 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -192,17 +194,52 @@ func (r *Recorder) Close() {
 
 // ServerOptions returns the options of the gRPC servers of one filter
 // chain: a stats handler that records, and the interceptors that answer
-// the peer metadata header. localCert returns the leaf of the chain's
-// identity certificate (nil without TLS). Nil for a nil r.
-func (r *Recorder) ServerOptions(localCert func() *x509.Certificate) []grpc.ServerOption {
+// the peer metadata header; and refused, which records an RPC the chain's
+// tap handle refused (gRPC tells its stats handlers nothing of those).
+// localCert returns the leaf of the chain's identity certificate (nil
+// without TLS). Nil for a nil r.
+func (r *Recorder) ServerOptions(localCert func() *x509.Certificate) (opts []grpc.ServerOption, refused func(context.Context, *tap.Info, error)) {
 	if r == nil {
-		return nil
+		return nil, nil
 	}
 	h := &handler{r: r, localCert: localCert}
 	return []grpc.ServerOption{
 		grpc.StatsHandler(h),
 		grpc.ChainUnaryInterceptor(h.unary),
 		grpc.ChainStreamInterceptor(h.stream),
+	}, h.refused
+}
+
+// refused records an RPC the tap handle refused with err: one request with
+// its status code, no message, no byte, and no time spent (the handle
+// answers before the RPC has a stream).
+func (h *handler) refused(ctx context.Context, info *tap.Info, err error) {
+	cs, _ := ctx.Value(connKey{}).(*connState)
+	if cs == nil || cs.h != h {
+		return
+	}
+	var authority, hdr string
+	if v := info.Header[":authority"]; len(v) > 0 {
+		authority = v[0]
+	}
+	if v := info.Header[HeaderMetadata]; len(v) > 0 {
+		hdr = v[0]
+	}
+	code := codes.PermissionDenied // what gRPC makes of a plain error from the tap
+	if st, ok := status.FromError(err); ok {
+		code = st.Code()
+	}
+	o := cs.lookup(ctx, authority, hdr).opts(h.r, uint32(code))
+	o.s.requests.Add(1)
+	bg := context.Background()
+	if h.r.duration != nil {
+		h.r.duration.Record(bg, 0, o.rec...)
+	}
+	if h.r.reqBytes != nil {
+		h.r.reqBytes.Record(bg, 0, o.rec...)
+	}
+	if h.r.resBytes != nil {
+		h.r.resBytes.Record(bg, 0, o.rec...)
 	}
 }
 

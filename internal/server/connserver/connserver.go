@@ -130,10 +130,13 @@ func (g *Group) NewChainServer(fc *filterchain.FilterChain, routes *rpcpath.Sour
 	}
 	cs.rpc = rpcpath.NewChain(fc.Name, fc.HCM, routes).WithLocalIdentity(sec.LocalCertificate)
 	user := g.opts.GRPCOptions
-	if mesh := g.opts.Mesh.ServerOptions(sec.LocalCertificate); mesh != nil {
+	if mesh, refused := g.opts.Mesh.ServerOptions(sec.LocalCertificate); mesh != nil {
 		// First, so that the peer metadata reply is set before the user's
 		// interceptors run.
 		user = append(mesh, user...)
+		// RPCs refused in the tap handle count too, as a sidecar counts
+		// those its filters refuse.
+		cs.rpc.OnRefused(refused)
 	}
 	cs.grpcOpts = cs.rpc.ServerOptions(user)
 	g.mu.Lock()

@@ -51,6 +51,15 @@ func (c *Chain) WithLocalIdentity(id func() *x509.Certificate) *Chain {
 	return c
 }
 
+// OnRefused has f told of every RPC the chain's tap handles refuse (a
+// route that does not exist, a filter step's refusal in the tap), with the
+// RPC's context, its headers and the refusal: gRPC reports no end of such
+// an RPC to its stats handlers. Call it before ServerOptions. Returns c.
+func (c *Chain) OnRefused(f func(ctx context.Context, info *tap.Info, err error)) *Chain {
+	c.tap.refused = f
+	return c
+}
+
 // ServerOptions returns the options of the chain's servers built around
 // the user's: first, when the chain's filters leave work for after the tap,
 // the interceptors that run it (before the user's chained interceptors; a
@@ -93,7 +102,7 @@ func (c *Chain) connHandle() tap.ServerInHandle {
 	if !c.needs.ConnState {
 		return c.tap.handle
 	}
-	t := &tapper{chain: c.tap.chain, src: c.tap.src, localID: c.tap.localID, defers: c.tap.defers, conn: &httpfilter.ConnState{}}
+	t := &tapper{chain: c.tap.chain, src: c.tap.src, localID: c.tap.localID, defers: c.tap.defers, refused: c.tap.refused, conn: &httpfilter.ConnState{}}
 	return t.handle
 }
 

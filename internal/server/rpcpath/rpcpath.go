@@ -60,9 +60,22 @@ type tapper struct {
 	// defers: a filter of the chain may leave work for after the tap
 	// (httpfilter.Needs.After), which holds back the steps after it.
 	defers bool
+	// refused, if set, is told of every RPC the handle refuses (gRPC
+	// reports no end for them to its stats handlers).
+	refused func(ctx context.Context, info *tap.Info, err error)
 }
 
 func (t *tapper) handle(ctx context.Context, info *tap.Info) (context.Context, error) {
+	ctx, err := t.route(ctx, info)
+	if err != nil && t.refused != nil {
+		t.refused(ctx, info, err)
+	}
+	return ctx, err
+}
+
+// route is the handle's work: it routes the RPC and runs the filter steps
+// that run in the tap.
+func (t *tapper) route(ctx context.Context, info *tap.Info) (context.Context, error) {
 	// 1. A :path that is not "/service/method" is refused before routing and
 	// RBAC see it, as gRPC refuses it after them: a DENY on a path must not
 	// be side-stepped by a malformed one (grpc-go v1.79.3), and routes and
