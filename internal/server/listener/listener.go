@@ -15,6 +15,7 @@ package listener
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
@@ -207,7 +208,7 @@ func (l *Listener) handleListener(r *xdsresource.Listener) {
 	if err := r.Table.CheckAddress(l.p.Addr); err != nil {
 		// Not a reason to NACK, but the server must not serve (gRFC A36).
 		l.pending = nil
-		l.stopServing(err)
+		l.stopServing(l.notServingError(err))
 		return
 	}
 	l.pending = r // replaces any older pending Listener
@@ -221,7 +222,32 @@ func (l *Listener) handleListener(r *xdsresource.Listener) {
 func (l *Listener) handleListenerError(err error) {
 	l.connErrLogged = false
 	l.pending = nil
-	l.stopServing(err)
+	l.stopServing(l.notServingError(err))
+}
+
+// notServingError adds to the error of a Listener the server cannot serve
+// what an operator needs to publish the right one: the name of the Listener
+// requested, when err does not already say it, and, for a socket on every
+// interface that Go reports as [::] (a dual-stack host, even for
+// net.Listen("tcp", "0.0.0.0:p")), that the name has [::], not 0.0.0.0, in
+// it. err stays matchable with errors.Is and errors.As.
+func (l *Listener) notServingError(err error) error {
+	var extra []string
+	xe := (*xdsclient.Error)(nil)
+	isXDS := errors.As(err, &xe)
+	if !isXDS || xe.Name != l.p.Name {
+		extra = append(extra, fmt.Sprintf("requested Listener %q", l.p.Name))
+	}
+	// The hint is for a name or an address that does not match, not for a
+	// Listener that was found and rejected.
+	nameOrAddr := !isXDS || xe.Kind == xdsclient.KindDoesNotExist || xe.Kind == xdsclient.KindTimeout
+	if a := l.p.Addr.Addr(); nameOrAddr && a.IsUnspecified() && a.Is6() {
+		extra = append(extra, fmt.Sprintf("the socket listens on every interface as %s, so the Listener's name has [::], not 0.0.0.0: publish it under that name, or listen on \"tcp4\" or on one IP", l.p.Addr))
+	}
+	if len(extra) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w (%s)", err, strings.Join(extra, "; "))
 }
 
 // handleListenerAmbient logs an error that leaves the configuration as it

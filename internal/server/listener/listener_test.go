@@ -3,6 +3,7 @@ package listener
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -189,6 +190,9 @@ func TestAddressMismatchStopsServing(t *testing.T) {
 	m := env.waitMode(ctx, t, connectivity.ServingModeNotServing)
 	if ae := (*filterchain.AddressMismatchError)(nil); !errors.As(m.err, &ae) {
 		t.Errorf("not serving error = %v, want an address mismatch", m.err)
+	}
+	if want := fmt.Sprintf("requested Listener %q", env.name); !strings.Contains(m.err.Error(), want) {
+		t.Errorf("not serving error = %q, want it to say %s", m.err, want)
 	}
 	waitClosed(ctx, t, conn, "the connection served before the mismatch")
 	expectClosedWithoutBytes(ctx, t, env)
@@ -455,5 +459,52 @@ func TestDrainLoggedAndCounted(t *testing.T) {
 	}
 	if v, _ := mr.Value(t, metrics.Drains, lis); v != 1 {
 		t.Errorf("%s = %d, want 1", metrics.Drains, v)
+	}
+}
+
+// TestNotServingErrorNamesTheListener: the error of a Listener the server
+// cannot serve names the Listener requested, once, and for a socket Go
+// reports as [::] says that the name has [::] and what to do; the hint is
+// not given for a Listener that was found and rejected, nor for 0.0.0.0.
+func TestNotServingErrorNamesTheListener(t *testing.T) {
+	const hint = "the Listener's name has [::], not 0.0.0.0"
+	for _, tc := range []struct {
+		desc, addr string
+		err        func(name string) error
+		wantName   bool // the name added (not already in err)
+		wantHint   bool
+	}{
+		{"does not exist, [::]", "[::]:50051", func(n string) error { return xdsfake.DoesNotExist(xdsresource.ListenerType, n) }, false, true},
+		{"does not exist, 0.0.0.0", "0.0.0.0:50051", func(n string) error { return xdsfake.DoesNotExist(xdsresource.ListenerType, n) }, false, false},
+		{"does not exist, one IP", "10.0.0.5:50051", func(n string) error { return xdsfake.DoesNotExist(xdsresource.ListenerType, n) }, false, false},
+		{"timeout, [::]", "[::]:50051", func(n string) error {
+			return &xdsclient.Error{Kind: xdsclient.KindTimeout, TypeName: "Listener", Name: n}
+		}, false, true},
+		{"NACK, [::]", "[::]:50051", func(n string) error {
+			return &xdsclient.Error{Kind: xdsclient.KindNACK, TypeName: "Listener", Name: n, Err: errors.New("bad")}
+		}, false, false},
+		{"address mismatch, [::]", "[::]:50051", func(string) error {
+			return &filterchain.AddressMismatchError{Listener: netip.MustParseAddrPort("0.0.0.0:50051"), Listening: netip.MustParseAddrPort("[::]:50051")}
+		}, true, true},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			name := "grpc/server?xds.resource.listening_address=" + tc.addr
+			l := &Listener{p: Params{Addr: netip.MustParseAddrPort(tc.addr), Name: name}}
+			in := tc.err(name)
+			got := l.notServingError(in)
+			if !errors.Is(got, in) {
+				t.Errorf("%v does not wrap %v", got, in)
+			}
+			msg := got.Error()
+			if n := strings.Count(msg, fmt.Sprintf("%q", name)); n != 1 {
+				t.Errorf("%q names %q %d times, want once", msg, name, n)
+			}
+			if added := strings.Contains(msg, "requested Listener"); added != tc.wantName {
+				t.Errorf("%q: says \"requested Listener\" = %v, want %v", msg, added, tc.wantName)
+			}
+			if has := strings.Contains(msg, hint); has != tc.wantHint {
+				t.Errorf("%q: [::] hint = %v, want %v", msg, has, tc.wantHint)
+			}
+		})
 	}
 }
