@@ -13,7 +13,7 @@
 //		log.Fatal(err)
 //	}
 //	pb.RegisterGreeterServer(s, &server{})
-//	lis, _ := net.Listen("tcp", "0.0.0.0:50051")
+//	lis, _ := net.Listen("tcp4", "0.0.0.0:50051") // "tcp" may report [::]: the Listener is named after lis.Addr()
 //	s.Serve(lis)
 //
 // The public API mirrors google.golang.org/grpc/xds, so moving from grpc-go's

@@ -125,7 +125,7 @@ func ExampleNewGRPCServer() {
 	defer s.Stop()
 	testgrpc.RegisterTestServiceServer(s, testgrpc.UnimplementedTestServiceServer{})
 	// Then, as with grpc.Server:
-	//	lis, err := net.Listen("tcp", "0.0.0.0:50051")
+	//	lis, err := net.Listen("tcp4", "0.0.0.0:50051") // named 0.0.0.0:50051; "tcp" may report [::]:50051
 	//	...
 	//	s.Serve(lis)
 	for name := range s.GetServiceInfo() {

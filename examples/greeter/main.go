@@ -30,6 +30,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -196,7 +197,7 @@ func run(ctx context.Context, cfg config) (err error) {
 
 	var lis [3]net.Listener
 	for i, a := range []string{cfg.addr, cfg.adminGRPCAddr, cfg.adminHTTPAddr} {
-		if lis[i], err = net.Listen("tcp", a); err != nil {
+		if lis[i], err = net.Listen(listenNetwork(a), a); err != nil {
 			for _, l := range lis[:i] {
 				l.Close()
 			}
@@ -295,4 +296,20 @@ func (greeter) EmptyCall(context.Context, *testgrpc.Empty) (*testgrpc.Empty, err
 
 func (greeter) UnaryCall(_ context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
 	return &testgrpc.SimpleResponse{Payload: &testgrpc.Payload{Body: []byte("Hello, " + string(req.GetPayload().GetBody()))}}, nil
+}
+
+// listenNetwork is "tcp4" for an IPv4 address (0.0.0.0 included) and "tcp"
+// otherwise. On a dual-stack host Go reports a "tcp" socket on 0.0.0.0:p as
+// [::]:p, and the server asks for the Listener named after that; on "tcp4" it
+// is 0.0.0.0:p, the name -addr says (docs/troubleshooting.md, "Which Listener
+// the server asks for").
+func listenNetwork(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "tcp"
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.Is4() {
+		return "tcp4"
+	}
+	return "tcp"
 }

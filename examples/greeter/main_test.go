@@ -593,3 +593,22 @@ func TestShutdownTimeout(t *testing.T) {
 		t.Errorf("the log lacks the forced stop:\n%s", g.logs.String())
 	}
 }
+
+// TestListenNetworkKeepsTheName: -addr 0.0.0.0:p is listened on as 0.0.0.0:p,
+// not as the [::]:p Go reports for "tcp" on a dual-stack host, so that the
+// Listener the server asks for is named as -addr says.
+func TestListenNetworkKeepsTheName(t *testing.T) {
+	for addr, want := range map[string]string{"0.0.0.0:0": "tcp4", "127.0.0.1:0": "tcp4", "[::]:0": "tcp", "[::1]:0": "tcp", ":0": "tcp", "localhost:0": "tcp"} {
+		if got := listenNetwork(addr); got != want {
+			t.Errorf("listenNetwork(%q) = %q, want %q", addr, got, want)
+		}
+	}
+	lis, err := net.Listen(listenNetwork("0.0.0.0:0"), "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	if got := lis.Addr().String(); !strings.HasPrefix(got, "0.0.0.0:") {
+		t.Errorf("the listening address is %q, want 0.0.0.0:<port>, the name -addr says", got)
+	}
+}
