@@ -17,13 +17,16 @@ import (
 
 	xdstypepb "github.com/cncf/xds/go/xds/type/v3"
 	adminpb "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
+	clusterpb "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	rbacconfigpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	csdspb "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
@@ -138,6 +141,10 @@ func TestDropIn_GRPCGoProgram(t *testing.T) {
 	cmd.Env = append(os.Environ(), "GRPC_XDS_BOOTSTRAP="+bsFile, "GRPC_XDS_BOOTSTRAP_CONFIG=")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -231,6 +238,29 @@ func TestDropIn_GRPCGoProgram(t *testing.T) {
 	if got, want := nextLine("AUDIT "), "AUDIT "+methodUnary+" authorized=false principal=spiffe://test.example/client"; got != want {
 		t.Errorf("audit line %q, want %q", got, want)
 	}
+	// The same binary dials an xds:/// target with grpc-go's resolver (the
+	// kept blank import of google.golang.org/grpc/xds): its own xDS server,
+	// over mTLS from the Cluster's UpstreamTlsContext, through grpc-go's xDS
+	// client on the same bootstrap.
+	host, port := hostPort(xdsAddr)
+	if err := ms.Update(ctx, e2e.Resources{
+		Listeners: []*listenerpb.Listener{l, clientAPIListener(t)},
+		Clusters:  []*clusterpb.Cluster{tlsCluster(t, instServer, instRoots)},
+		Raw:       map[string][]proto.Message{resourcev3.EndpointType: {endpoints(host, port)}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Fprintf(stdin, "dial xds:///%s\n", interopTarget); err != nil {
+		t.Fatal(err)
+	}
+	// The server audits the call before the client prints its result.
+	if got := nextLine("AUDIT "); !strings.HasPrefix(got, "AUDIT "+methodEmpty+" authorized=true") {
+		t.Errorf("audit line of the xds:/// call %q, want %s authorized", got, methodEmpty)
+	}
+	if got, want := nextLine("dialed "), "dialed xds:///"+interopTarget+" OK"; got != want {
+		t.Fatalf("the program's own xds:/// call: %q, want %q; stderr:\n%s", got, want, stderr.String())
+	}
+
 	// grpc-go's xDS credentials must not let plaintext through.
 	dialFails(ctx, t, xdsAddr, "127.0.0.1", grpc.WithTransportCredentials(insecure.NewCredentials()))
 

@@ -5,6 +5,11 @@
 // credentials for the bootstrap, a certificate provider plugin, an audit
 // logger).
 //
+// It also dials xds:/// targets, with grpc-go's xDS resolver and balancers
+// (and grpc-go's xDS client credentials): the blank import of grpc-go's xds
+// package marked "kept" is what registers them, and a program moved to this
+// library that dials xds:/// must keep it.
+//
 // The only lines that differ from the grpc-go program are the two imports
 // marked "changed". TestDropIn_GRPCGoProgram builds it as it is and with
 // those imports put back to grpc-go's, and runs it against a management
@@ -13,10 +18,13 @@
 // Usage: grpcgoserver [-bootstrap FILE]; without -bootstrap the bootstrap
 // is read from GRPC_XDS_BOOTSTRAP or GRPC_XDS_BOOTSTRAP_CONFIG. It prints
 // "xds ADDR" and "maintenance ADDR" once listening, one line per serving
-// mode change and per audited RPC, and stops gracefully on SIGTERM.
+// mode change and per audited RPC, and stops gracefully on SIGTERM. For each
+// line "dial TARGET" on its standard input it calls EmptyCall on TARGET and
+// prints "dialed TARGET CODE".
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -28,7 +36,9 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 
 	statuspb "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"google.golang.org/grpc"
@@ -40,7 +50,11 @@ import (
 	"google.golang.org/grpc/health"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/xds/bootstrap"
+
+	// kept: grpc-go's xds:/// resolver and balancers, for the client side.
+	_ "google.golang.org/grpc/xds"
 
 	"github.com/proxyless-grpc/xds"      // changed: was google.golang.org/grpc/xds
 	"github.com/proxyless-grpc/xds/csds" // changed: was google.golang.org/grpc/xds/csds
@@ -102,10 +116,40 @@ func main() {
 		maintenance.Stop()
 	}()
 	go maintenance.Serve(mlis)
+	go dialFromStdin()
 	if err := server.Serve(lis); err != nil {
 		log.Fatalf("Serve: %v", err)
 	}
 	fmt.Println("stopped")
+}
+
+// dialFromStdin calls EmptyCall on the target of each "dial TARGET" line of
+// standard input, with grpc-go's xDS client credentials.
+func dialFromStdin() {
+	creds, err := xdscreds.NewClientCredentials(xdscreds.ClientOptions{FallbackCreds: insecure.NewCredentials()})
+	if err != nil {
+		log.Fatalf("creating xDS client credentials: %v", err)
+	}
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		target, ok := strings.CutPrefix(sc.Text(), "dial ")
+		if !ok {
+			continue
+		}
+		cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds))
+		if err != nil {
+			fmt.Printf("dialed %s %v\n", target, status.Code(err))
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		_, err = testgrpc.NewTestServiceClient(cc).EmptyCall(ctx, &testgrpc.Empty{}, grpc.WaitForReady(true))
+		cancel()
+		cc.Close()
+		if err != nil {
+			log.Printf("EmptyCall on %s: %v", target, err)
+		}
+		fmt.Printf("dialed %s %v\n", target, status.Code(err))
+	}
 }
 
 type testService struct {
