@@ -18,7 +18,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
@@ -44,8 +46,11 @@ const grpcAgentBootstrap = "/etc/istio/proxy/grpc-bootstrap.json"
 type manifests struct {
 	namespaces      []*corev1.Namespace
 	serviceAccounts []*corev1.ServiceAccount
-	deployment      *appsv1.Deployment
-	service         *corev1.Service
+	// deployment is the greeter's (the one the Service selects), frontend
+	// its client's (frontend.yaml).
+	deployment, frontend *appsv1.Deployment
+	service              *corev1.Service
+	networkPolicies      []*networkingv1.NetworkPolicy
 	// istio is the Istio resources (PeerAuthentication, AuthorizationPolicy,
 	// DestinationRule), as YAML documents.
 	istio string
@@ -66,6 +71,7 @@ func loadManifests(t *testing.T) *manifests {
 	}
 	mf := &manifests{}
 	var istioDocs []string
+	var deployments []*appsv1.Deployment
 	decode := kubelib.IstioCodec.UniversalDeserializer().Decode
 	for _, f := range files {
 		data, err := os.ReadFile(f)
@@ -94,10 +100,9 @@ func loadManifests(t *testing.T) *manifests {
 			case *corev1.ServiceAccount:
 				mf.serviceAccounts = append(mf.serviceAccounts, o)
 			case *appsv1.Deployment:
-				if mf.deployment != nil {
-					t.Fatalf("%s: a second Deployment; the test expects one", f)
-				}
-				mf.deployment = o
+				deployments = append(deployments, o)
+			case *networkingv1.NetworkPolicy:
+				mf.networkPolicies = append(mf.networkPolicies, o)
 			case *corev1.Service:
 				if mf.service != nil {
 					t.Fatalf("%s: a second Service; the test expects one", f)
@@ -108,8 +113,18 @@ func loadManifests(t *testing.T) *manifests {
 			}
 		}
 	}
-	if mf.deployment == nil || mf.service == nil {
-		t.Fatalf("%s: want a Deployment and a Service", manifestsDir)
+	if mf.service == nil || len(deployments) != 2 {
+		t.Fatalf("%s: want a Service and two Deployments (the greeter and its frontend), got %d", manifestsDir, len(deployments))
+	}
+	for _, d := range deployments {
+		if d.Namespace == mf.service.Namespace && labels.SelectorFromSet(mf.service.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
+			mf.deployment = d
+		} else {
+			mf.frontend = d
+		}
+	}
+	if mf.deployment == nil || mf.frontend == nil {
+		t.Fatalf("%s: want one Deployment the Service selects (the greeter) and one it does not (the frontend)", manifestsDir)
 	}
 	mf.istio = strings.Join(istioDocs, "\n---\n")
 	mf.configs = parseConfigs(t, mf.istio)
@@ -155,14 +170,22 @@ func containerPort(t *testing.T, c *corev1.Container, name string) int {
 func (mf *manifests) kubeObjects(t *testing.T, pod workload, clients ...workload) []runtime.Object {
 	t.Helper()
 	var objs []runtime.Object
+	clientNS := map[string]bool{}
 	for _, c := range clients {
 		objs = append(objs, clientObjects(c)...)
+		clientNS[c.namespace] = true
 	}
+	// A client's Namespace and ServiceAccount (the frontend's) are among
+	// clientObjects already.
 	for _, ns := range mf.namespaces {
-		objs = append(objs, ns.DeepCopy())
+		if !clientNS[ns.Name] {
+			objs = append(objs, ns.DeepCopy())
+		}
 	}
 	for _, sa := range mf.serviceAccounts {
-		objs = append(objs, sa.DeepCopy())
+		if !clientNS[sa.Namespace] {
+			objs = append(objs, sa.DeepCopy())
+		}
 	}
 	tmpl := mf.deployment.Spec.Template
 	objs = append(objs, &corev1.Pod{
@@ -328,6 +351,92 @@ func (mf *manifests) checkShape(t *testing.T) (xdsHost string, xdsPort, probePor
 	return xdsHost, xdsPort, probePort
 }
 
+// checkFrontend checks frontend.yaml's Deployment: a proxyless pod (the
+// grpc-agent template, the bootstrap where istio-agent writes it) whose
+// identity is the AuthorizationPolicy's principal and whose -target is the
+// Service's xds:/// name; and returns its workload.
+func (mf *manifests) checkFrontend(t *testing.T, principal, target string) workload {
+	t.Helper()
+	d := mf.frontend
+	tmpl := d.Spec.Template
+	w := workload{name: d.Name + "-0", namespace: d.Namespace, serviceAccount: tmpl.Spec.ServiceAccountName}
+	if got := fmt.Sprintf("cluster.local/ns/%s/sa/%s", w.namespace, w.serviceAccount); got != principal {
+		t.Errorf("the frontend runs as %s, want the AuthorizationPolicy's principal %s", got, principal)
+	}
+	if !slices.ContainsFunc(mf.serviceAccounts, func(sa *corev1.ServiceAccount) bool { return sa.Name == w.serviceAccount && sa.Namespace == w.namespace }) ||
+		!slices.ContainsFunc(mf.namespaces, func(ns *corev1.Namespace) bool { return ns.Name == w.namespace }) {
+		t.Errorf("the frontend's namespace %q and service account %q are not both in the manifests", w.namespace, w.serviceAccount)
+	}
+	if got := tmpl.Annotations["inject.istio.io/templates"]; got != "grpc-agent" {
+		t.Errorf("frontend: pod annotation inject.istio.io/templates = %q, want grpc-agent", got)
+	}
+	for k, v := range d.Spec.Selector.MatchLabels {
+		if tmpl.Labels[k] != v {
+			t.Errorf("the frontend's selector %s=%s does not select its pods (labels %v)", k, v, tmpl.Labels)
+		}
+	}
+	cs := tmpl.Spec.Containers
+	if len(cs) != 1 {
+		t.Fatalf("the frontend has %d containers, want 1", len(cs))
+	}
+	if !slices.Contains(cs[0].Env, corev1.EnvVar{Name: "GRPC_XDS_BOOTSTRAP", Value: grpcAgentBootstrap}) {
+		t.Errorf("frontend: GRPC_XDS_BOOTSTRAP is not %q (where istio-agent writes it): %v", grpcAgentBootstrap, cs[0].Env)
+	}
+	if !slices.Contains(cs[0].Args, "-target="+target) {
+		t.Errorf("frontend: args %q lack -target=%s, the greeter Service's xds:/// name", cs[0].Args, target)
+	}
+	return w
+}
+
+// checkNetworkPolicy checks networkpolicy.yaml: it selects the greeter's
+// pods, admits anyone to the xDS port only, and admits the metrics port
+// only from named sources. Whether a CNI enforces it is not tested.
+func (mf *manifests) checkNetworkPolicy(t *testing.T, xdsPort, probePort, httpPort int) {
+	t.Helper()
+	var np *networkingv1.NetworkPolicy
+	for _, p := range mf.networkPolicies {
+		sel, err := metav1.LabelSelectorAsSelector(&p.Spec.PodSelector)
+		if err != nil {
+			t.Fatalf("NetworkPolicy %s: %v", p.Name, err)
+		}
+		if p.Namespace == mf.deployment.Namespace && sel.Matches(labels.Set(mf.deployment.Spec.Template.Labels)) {
+			np = p
+		}
+	}
+	if np == nil {
+		t.Fatal("no NetworkPolicy selects the greeter's pods: its admin ports are open to every pod")
+	}
+	if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+		t.Errorf("NetworkPolicy %s: policyTypes %v lack Ingress", np.Name, np.Spec.PolicyTypes)
+	}
+	xdsOpen, metricsFromSome := false, false
+	for i, r := range np.Spec.Ingress {
+		if len(r.Ports) == 0 && len(r.From) == 0 {
+			t.Errorf("NetworkPolicy %s: ingress rule %d admits every port from everywhere", np.Name, i)
+		}
+		for _, p := range r.Ports {
+			if p.Port == nil {
+				t.Errorf("NetworkPolicy %s: ingress rule %d admits every port", np.Name, i)
+				continue
+			}
+			switch port := p.Port.IntValue(); {
+			case len(r.From) == 0 && port == xdsPort:
+				xdsOpen = true
+			case len(r.From) == 0:
+				t.Errorf("NetworkPolicy %s: port %d is open to every pod (want only the xDS port %d; the admin ports %d and %d bypass mTLS and the AuthorizationPolicy)", np.Name, port, xdsPort, probePort, httpPort)
+			case port == httpPort:
+				metricsFromSome = true
+			}
+		}
+	}
+	if !xdsOpen {
+		t.Errorf("NetworkPolicy %s: the xDS port %d is not open to clients", np.Name, xdsPort)
+	}
+	if !metricsFromSome {
+		t.Errorf("NetworkPolicy %s: the metrics port %d is not admitted from Prometheus", np.Name, httpPort)
+	}
+}
+
 // allowRule returns the principal and the path of the manifests' one ALLOW
 // AuthorizationPolicy, as istio parsed them.
 func (mf *manifests) allowRule(t *testing.T) (principal, path string) {
@@ -362,21 +471,22 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 	pod := mf.pod()
 	principal, path := mf.allowRule(t)
-	// The allowed client, as a pod of the mesh: grpc-go's xDS client runs as
+	target := fmt.Sprintf("xds:///%s.%s.svc.cluster.local:%d", mf.service.Name, mf.service.Namespace, mf.service.Spec.Ports[0].Port)
+	// The allowed client, frontend.yaml's pod: grpc-go's xDS client runs as
 	// it below.
-	var frontend workload
-	if _, err := fmt.Sscanf(strings.ReplaceAll(principal, "/", " "), "cluster.local ns %s sa %s", &frontend.namespace, &frontend.serviceAccount); err != nil {
-		t.Fatalf("the AuthorizationPolicy's principal %q is not cluster.local/ns/<namespace>/sa/<service account>: %v", principal, err)
-	}
-	frontend.name, frontend.ip = frontend.serviceAccount+"-0", clientPod.ip
+	frontend := mf.checkFrontend(t, principal, target)
+	frontend.ip = clientPod.ip
+	mf.checkNetworkPolicy(t, xdsPort, probePort, containerPort(t, mf.container(t), "http-admin"))
 	m := newMesh(t, meshSpec{
 		config:     mf.istio,
 		server:     &pod,
 		serverPort: xdsPort,
-		// As the greeter's -addr: net.Listen("tcp", "0.0.0.0:<port>"),
-		// which Go reports as [::]:<port> on a dual-stack host; the server
-		// watches xds.istio.io/grpc/lds/inbound/<that address>, and istiod
-		// builds the Listener for any host of a Service's target port.
+		// The greeter's -addr host. The greeter listens on "tcp4" there
+		// (named 0.0.0.0:<port>); the test listens on "tcp", which Go
+		// reports as [::]:<port> on a dual-stack host, so the server
+		// watches xds.istio.io/grpc/lds/inbound/[::]:<port>: istiod builds
+		// the Listener for any host of a Service's target port, both names
+		// included.
 		listenHost: xdsHost,
 		kubeObjects: func(port int) []runtime.Object {
 			if port != xdsPort {
@@ -428,7 +538,6 @@ func TestKubernetesManifests(t *testing.T) {
 	// grpc-go's xDS client of the Service, as the allowed workload: istiod
 	// gives it the Service's port and, with the manifests' DestinationRule,
 	// mTLS.
-	target := fmt.Sprintf("xds:///%s.%s.svc.cluster.local:%d", mf.service.Name, mf.service.Namespace, mf.service.Spec.Ports[0].Port)
 	t.Run("grpc-go xDS client to "+target, func(t *testing.T) {
 		cc := m.xdsClientTo(t, frontend, target)
 		awaitResult(t, cc, allowed, served)
