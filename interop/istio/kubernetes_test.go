@@ -363,7 +363,9 @@ func (mf *manifests) checkFrontend(t *testing.T, principal, target string) workl
 	if got := fmt.Sprintf("cluster.local/ns/%s/sa/%s", w.namespace, w.serviceAccount); got != principal {
 		t.Errorf("the frontend runs as %s, want the AuthorizationPolicy's principal %s", got, principal)
 	}
-	if !slices.ContainsFunc(mf.serviceAccounts, func(sa *corev1.ServiceAccount) bool { return sa.Name == w.serviceAccount && sa.Namespace == w.namespace }) ||
+	if !slices.ContainsFunc(mf.serviceAccounts, func(sa *corev1.ServiceAccount) bool {
+		return sa.Name == w.serviceAccount && sa.Namespace == w.namespace
+	}) ||
 		!slices.ContainsFunc(mf.namespaces, func(ns *corev1.Namespace) bool { return ns.Name == w.namespace }) {
 		t.Errorf("the frontend's namespace %q and service account %q are not both in the manifests", w.namespace, w.serviceAccount)
 	}
