@@ -143,6 +143,9 @@ func TestNotServingAndBack(t *testing.T) {
 	if !errors.Is(m.err, xdsclient.ErrResourceDoesNotExist) {
 		t.Errorf("not serving error = %v, want does-not-exist", m.err)
 	}
+	if !strings.Contains(m.err.Error(), fmt.Sprintf("%q", env.name)) {
+		t.Errorf("not serving error = %q, want it to name the Listener requested, %q", m.err, env.name)
+	}
 	expectClosedWithoutBytes(ctx, t, env)
 
 	wrong := testListener(env, chainSpec{name: "x", routeName: "r", isDefault: true})
