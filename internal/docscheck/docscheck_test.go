@@ -1,6 +1,6 @@
 // Package docscheck checks that what the documentation names exists: every
 // environment variable, program flag, metric, absolute path, `go run` or
-// `go test` package and test name written in README.md, docs/*.md and
+// `go test` package, file of the repository and test name written in README.md, docs/*.md and
 // examples/**/README.md is found in the repository's non-documentation
 // files (Go, YAML, JSON, shell, CI), or is on the allowlist below with the
 // reason it is external. It runs with the README's test command.
@@ -66,6 +66,9 @@ var allow = map[string]string{
 	"-remaining": "x-ratelimit-remaining, written as a suffix",
 	"-reset":     "x-ratelimit-reset, written as a suffix",
 	"-revision":  "a Kubernetes label name's suffix (service.istio.io/canonical-revision)",
+	// Packages of grpc-go, named by their path in grpc-go's repository.
+	"internal/xds/xdsclient": "grpc-go's internal xDS client package",
+	"interop/grpc_testing":   "grpc-go's test service package",
 	// Not tests.
 	"TestService": "grpc.testing.TestService, grpc-go's test service",
 }
@@ -79,6 +82,7 @@ var (
 	goCommand  = regexp.MustCompile(`\bgo (?:run|test|build|vet)\b[^` + "`" + `\n]*`)
 	pkgArg     = regexp.MustCompile(`(?:^|\s)(\./[A-Za-z0-9_./-]*)`)
 	cdDir      = regexp.MustCompile(`\bcd ([A-Za-z0-9_./-]+)`)
+	repoPath   = regexp.MustCompile(`(?:^|[\s=(])((?:examples|docs|interop|e2e|internal|scripts|api)/[A-Za-z0-9_./*-]*[A-Za-z0-9_/*])`)
 	testName   = regexp.MustCompile(`\b((?:Test|Benchmark|Fuzz)[A-Z][A-Za-z0-9_]*)(\*?)`)
 	flagDefine = regexp.MustCompile(`\.(?:String|Bool|Duration|Int|Int64|Uint|Float64|Func|Var|TextVar|StringVar|BoolVar|DurationVar|IntVar|Int64Var|UintVar|Float64Var)\([^"\n]*"([a-z][a-z0-9-]*)"`)
 )
@@ -208,6 +212,12 @@ func TestDocumentedNamesExist(t *testing.T) {
 				checked++
 				if !bytes.Contains(src, []byte(strings.TrimSuffix(span, "/"))) {
 					miss(span, doc)
+				}
+			}
+			for _, m := range repoPath.FindAllStringSubmatch(span, -1) {
+				checked++
+				if found, _ := filepath.Glob(filepath.Join(root, strings.TrimSuffix(m[1], "..."))); len(found) == 0 {
+					miss(m[1], doc)
 				}
 			}
 			for _, m := range testName.FindAllStringSubmatch(span, -1) {
