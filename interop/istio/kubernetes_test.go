@@ -307,6 +307,13 @@ func (mf *manifests) checkShape(t *testing.T) (xdsHost string, xdsPort, probePor
 	if bootstrap != grpcAgentBootstrap {
 		t.Errorf("GRPC_XDS_BOOTSTRAP = %q, want %q (where istio-agent writes it)", bootstrap, grpcAgentBootstrap)
 	}
+	// grpc-go's logger prints only errors by default; what docs/istio.md
+	// tells operators to look for in the logs is warnings.
+	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "GRPC_GO_LOG_SEVERITY_LEVEL" && (e.Value == "warning" || e.Value == "info")
+	}) {
+		t.Errorf("container %s does not set GRPC_GO_LOG_SEVERITY_LEVEL to warning or info: warnings would not print", c.Name)
+	}
 
 	if len(mf.service.Spec.Ports) != 1 {
 		t.Fatalf("the Service has %d ports, want 1: the greeter's xDS-managed port", len(mf.service.Spec.Ports))
