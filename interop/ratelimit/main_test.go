@@ -11,9 +11,9 @@ import (
 	"go.uber.org/goleak"
 )
 
-// ratelimitModule is envoyproxy/ratelimit's service, at the version
-// DESIGN.md ("Global rate limiting") checked: it builds from the module
-// proxy with no replace directive.
+// ratelimitModule is envoyproxy/ratelimit's service, pinned to a
+// pseudo-version that builds from the module proxy with no replace
+// directive (its main module has none).
 const ratelimitModule = "github.com/envoyproxy/ratelimit/src/service_cmd@v1.4.1-0.20260122083618-3fb702589d36"
 
 // ratelimitBin is the service's binary, built by TestMain.
