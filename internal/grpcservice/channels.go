@@ -42,6 +42,19 @@ type channel struct {
 // ErrNoCredentials is Acquire's error for a Service parsed without an Env.
 var ErrNoCredentials = errors.New("grpcservice: the GrpcService was validated without a bootstrap and has no credentials")
 
+// Hold is Acquire for a filter that holds s while a filter chain serves
+// (httpfilter.Acquirer): when s cannot be acquired, it logs why, naming
+// filter, and returns a release that does nothing, so that the filter's
+// calls fail (and its failure mode decides) until an update fixes it.
+func (s *Service) Hold(filter string) (release func()) {
+	release, err := s.Acquire()
+	if err != nil {
+		logger.Errorf("xds: %s: %v; the filter's calls to it fail until an update fixes it", filter, err)
+		return func() {}
+	}
+	return release
+}
+
 // Acquire takes a reference to s's channel, making it if it is the first.
 // It never blocks: the credentials are built and the channel made (by
 // grpc.NewClient, which does not connect) on a goroutine of their own, and

@@ -146,13 +146,7 @@ func (Filter) Acquire(config httpfilter.Config) func() {
 	if !ok {
 		return func() {}
 	}
-	release, err := c.service.Acquire()
-	if err != nil {
-		// The checks of the chain fail (failure_mode_allow decides).
-		logger.Errorf("xds: ext_authz: %v; the filter's checks fail until an update fixes it", err)
-		return func() {}
-	}
-	return release
+	return c.service.Hold("ext_authz")
 }
 
 // Describe implements httpfilter.Describer.

@@ -180,13 +180,7 @@ func (Filter) Acquire(config httpfilter.Config) func() {
 	if !ok {
 		return func() {}
 	}
-	release, err := c.service.Acquire()
-	if err != nil {
-		// The calls of the chain fail (failure_mode_deny decides).
-		logger.Errorf("xds: ratelimit: %v; the filter's calls fail until an update fixes it", err)
-		return func() {}
-	}
-	return release
+	return c.service.Hold("ratelimit")
 }
 
 // Describe implements httpfilter.Describer.
