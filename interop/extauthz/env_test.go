@@ -67,11 +67,13 @@ func newEnv(t *testing.T, authzTarget string) *env {
 		modes:   make(chan xds.ServingModeChangeArgs, 100),
 		serveCh: make(chan error, 1),
 	}
-	bootstrap := withAllowedGRPCService(t, e2e.Bootstrap(t, e2e.BootstrapOptions{
+	bootstrap := e2e.Bootstrap(t, e2e.BootstrapOptions{
 		ServerURIs:                         []string{e.ms.Address},
 		NodeID:                             serverNodeID,
 		ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
-	}), authzTarget)
+		// gRFC A102: the side channel's target, with insecure credentials.
+		AllowedGRPCServices: map[string]json.RawMessage{authzTarget: json.RawMessage(`{"channel_creds": [{"type": "insecure"}]}`)},
+	})
 	var err error
 	e.srv, err = xds.NewGRPCServer(
 		grpc.Creds(insecure.NewCredentials()),
@@ -112,25 +114,6 @@ func (e *env) stop() {
 	case <-timer.C:
 		e.t.Error("Serve did not return within 10s of Stop")
 	}
-}
-
-// withAllowedGRPCService adds gRFC A102's top-level allowed_grpc_services
-// to bootstrap, with target and insecure channel credentials (the format of
-// an xds_servers entry, less server_uri).
-func withAllowedGRPCService(t *testing.T, bootstrap []byte, target string) []byte {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(bootstrap, &m); err != nil {
-		t.Fatalf("decoding the bootstrap: %v", err)
-	}
-	m["allowed_grpc_services"] = map[string]any{
-		target: map[string]any{"channel_creds": []any{map[string]any{"type": "insecure"}}},
-	}
-	out, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // extAuthzConfig is the filter's config: a google_grpc side channel to

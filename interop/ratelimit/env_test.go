@@ -73,11 +73,13 @@ func newEnv(t *testing.T, n int, rlsTarget string) *env {
 	for i := range n {
 		s := &server{node: serverNodeID + "-" + strconv.Itoa(i), modes: make(chan xds.ServingModeChangeArgs, 100), serveCh: make(chan error, 1)}
 		// A node of its own per server, so that each one's ACK is seen.
-		bootstrap := withAllowedGRPCService(t, e2e.Bootstrap(t, e2e.BootstrapOptions{
+		bootstrap := e2e.Bootstrap(t, e2e.BootstrapOptions{
 			ServerURIs:                         []string{e.ms.Address},
 			NodeID:                             s.node,
 			ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
-		}), rlsTarget)
+			// gRFC A102: the side channel's target, with insecure credentials.
+			AllowedGRPCServices: map[string]json.RawMessage{rlsTarget: json.RawMessage(`{"channel_creds": [{"type": "insecure"}]}`)},
+		})
 		var err error
 		s.srv, err = xds.NewGRPCServer(
 			grpc.Creds(insecure.NewCredentials()),
@@ -113,24 +115,6 @@ func (s *server) stop(t *testing.T) {
 	case <-timer.C:
 		t.Error("Serve did not return within 10s of Stop")
 	}
-}
-
-// withAllowedGRPCService adds gRFC A102's allowed_grpc_services to
-// bootstrap: target, with insecure channel credentials.
-func withAllowedGRPCService(t *testing.T, bootstrap []byte, target string) []byte {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(bootstrap, &m); err != nil {
-		t.Fatalf("decoding the bootstrap: %v", err)
-	}
-	m["allowed_grpc_services"] = map[string]any{
-		target: map[string]any{"channel_creds": []any{map[string]any{"type": "insecure"}}},
-	}
-	out, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // filterConfig is the filter's config: domain "interop", the service at
