@@ -40,11 +40,13 @@ import (
 // work; when one does, the rest of the sequence is put in the returned
 // context for the first interceptor (resumeOf).
 func runSteps(ctx context.Context, rpc httpfilter.RPC, steps []httpfilter.Step, defers bool, rt *Routes, route *routing.Route) (context.Context, error) {
+	// The work in ctx before the steps: a step that leaves none leaves it
+	// as it is, so one reading serves every step up to the first that does.
+	var since *handoff.Deferred
+	if defers {
+		since = handoff.DeferredOf(ctx)
+	}
 	for i, s := range steps {
-		var since *handoff.Deferred
-		if defers {
-			since = handoff.DeferredOf(ctx)
-		}
 		var err error
 		if ctx, err = s.Run(ctx, rpc); err != nil {
 			return ctx, err
@@ -96,8 +98,8 @@ func (r *resume) run(ctx context.Context) (context.Context, error) {
 	}
 	rpc := r.rpc
 	rpc.Header = incoming(ctx)
+	since := handoff.DeferredOf(ctx) // r.head, unless the work's context lost it
 	for _, s := range r.rest {
-		since := handoff.DeferredOf(ctx)
 		if ctx, err = s.Run(ctx, rpc); err != nil {
 			return ctx, stepError(err)
 		}
@@ -105,6 +107,7 @@ func (r *resume) run(ctx context.Context) (context.Context, error) {
 			if ctx, err = handoff.RunSince(ctx, head, since); err != nil {
 				return ctx, err
 			}
+			since = head
 			// The work may have changed the request headers.
 			rpc.Header = incoming(ctx)
 		}
