@@ -16,7 +16,6 @@ package meshmetrics
 import (
 	"context"
 	"crypto/x509"
-	"reflect"
 	"sync"
 	"sync/atomic"
 
@@ -31,6 +30,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/proxyless-grpc/xds/internal/grpccompat"
 )
 
 // MeterName is the instrumentation scope of the mesh metrics.
@@ -443,7 +444,7 @@ func (cs *connState) readPeer(ctx context.Context) {
 // unary answers a request that carried the peer metadata header with the
 // server's own, unless grpc-go's CSM plugin on this server answers it.
 func (h *handler) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
-	if r := rpcOf(ctx); r != nil && r.peerSent && h.r.reply != nil && !csmAnswers(grpc.ServerTransportStreamFromContext(ctx)) {
+	if r := rpcOf(ctx); r != nil && r.peerSent && h.r.reply != nil && !grpccompat.CSMAnswers(grpc.ServerTransportStreamFromContext(ctx)) {
 		grpc.SetHeader(ctx, h.r.reply)
 	}
 	return next(ctx, req)
@@ -451,37 +452,8 @@ func (h *handler) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, n
 
 // stream is unary for streaming RPCs.
 func (h *handler) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, next grpc.StreamHandler) error {
-	if r := rpcOf(ss.Context()); r != nil && r.peerSent && h.r.reply != nil && !csmAnswers(ss) && !csmAnswers(grpc.ServerTransportStreamFromContext(ss.Context())) {
+	if r := rpcOf(ss.Context()); r != nil && r.peerSent && h.r.reply != nil && !grpccompat.CSMAnswers(ss) && !grpccompat.CSMAnswers(grpc.ServerTransportStreamFromContext(ss.Context())) {
 		ss.SetHeader(h.r.reply)
 	}
 	return next(srv, ss)
-}
-
-// csmPackage is where grpc-go's OpenTelemetry plugin wraps the streams of
-// a server it records on. With the CSM plugin option (csm.EnableObservability)
-// the wrapper carries a metadata exchange header it adds on every RPC; a
-// second value of the header, ours, would make its clients refuse both. The
-// examples/greeter tests check this against the real plugin, with and
-// without CSM.
-const csmPackage = "google.golang.org/grpc/stats/opentelemetry"
-
-// csmAnswers reports whether x is a stream that grpc-go's CSM plugin
-// wrapped to add its metadata exchange header: one of the plugin's
-// wrappers, whose header is not empty (without the CSM plugin option the
-// plain OpenTelemetry plugin uses the same wrappers, with none).
-func csmAnswers(x any) bool {
-	if x == nil {
-		return false
-	}
-	v := reflect.ValueOf(x)
-	if v.Kind() != reflect.Pointer || v.IsNil() {
-		return false
-	}
-	v = v.Elem()
-	t := v.Type()
-	if t.Kind() != reflect.Struct || t.PkgPath() != csmPackage || (t.Name() != "attachLabelsTransportStream" && t.Name() != "attachLabelsStream") {
-		return false
-	}
-	f := v.FieldByName("metadataExchangeLabels")
-	return f.IsValid() && f.Kind() == reflect.Map && f.Len() > 0
 }

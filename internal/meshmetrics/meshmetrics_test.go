@@ -10,7 +10,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric/noop"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -194,17 +193,6 @@ func TestLabels(t *testing.T) {
 		LabelConnectionSecurityPolicy: "mutual_tls", LabelDestinationPrincipal: "spiffe://a/server", LabelDestinationServiceName: "greeter"} {
 		if v, ok := set.Value(attributeKey(k)); !ok || v.AsString() != want {
 			t.Errorf("label %s = %q, want %q", k, v.AsString(), want)
-		}
-	}
-}
-
-// Only the CSM plugin's wrappers with a header to add are taken for its
-// answer.
-func TestCSMAnswers(t *testing.T) {
-	type attachLabelsStream struct{ metadataExchangeLabels metadata.MD }
-	for _, x := range []any{nil, 3, &attachLabelsStream{metadataExchangeLabels: metadata.Pairs("a", "b")}} {
-		if csmAnswers(x) {
-			t.Errorf("csmAnswers(%T) = true", x)
 		}
 	}
 }
