@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,7 +58,8 @@ type authzServer struct {
 	mu     sync.Mutex
 	answer func(context.Context, *authpb.CheckRequest) (*authpb.CheckResponse, error)
 	checks []authzCheck
-	conns  int
+
+	conns connCounter // connections accepted
 }
 
 type authzCheck struct {
@@ -75,7 +77,7 @@ func startAuthzServer(t *testing.T, opts ...grpc.ServerOption) *authzServer {
 		t.Fatal(err)
 	}
 	a.addr = lis.Addr().String()
-	s := grpc.NewServer(append(opts, grpc.StatsHandler(&connCounter{a: a}))...)
+	s := grpc.NewServer(append(opts, grpc.StatsHandler(&a.conns))...)
 	authpb.RegisterAuthorizationServer(s, a)
 	go s.Serve(lis)
 	t.Cleanup(s.Stop)
@@ -110,11 +112,7 @@ func (a *authzServer) taken() []authzCheck {
 	return out
 }
 
-func (a *authzServer) connections() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.conns
-}
+func (a *authzServer) connections() int { return a.conns.count() }
 
 func okResponse(headers ...*corepb.HeaderValueOption) *authpb.CheckResponse {
 	return &authpb.CheckResponse{Status: &status.Status{}, HttpResponse: &authpb.CheckResponse_OkResponse{OkResponse: &authpb.OkHttpResponse{Headers: headers}}}
@@ -620,22 +618,20 @@ func TestExtAuthz_ChannelKept(t *testing.T) {
 	waitFor(ctx, t, "side channel closed", func() bool { return grpcservice.OpenChannels() == 0 })
 }
 
-// connCounter counts the authorization server's connections.
-type connCounter struct{ a *authzServer }
+// connCounter is a stats handler that counts a test server's connections.
+type connCounter struct{ n atomic.Int64 }
 
-func (c *connCounter) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
-func (c *connCounter) HandleRPC(context.Context, stats.RPCStats)                       {}
-func (c *connCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return ctx
-}
-
+func (c *connCounter) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
+func (c *connCounter) HandleRPC(context.Context, stats.RPCStats)                         {}
+func (c *connCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
 func (c *connCounter) HandleConn(_ context.Context, s stats.ConnStats) {
 	if _, ok := s.(*stats.ConnBegin); ok {
-		c.a.mu.Lock()
-		c.a.conns++
-		c.a.mu.Unlock()
+		c.n.Add(1)
 	}
 }
+
+// count returns how many connections the server accepted.
+func (c *connCounter) count() int { return int(c.n.Load()) }
 
 // waitFor polls cond until it holds.
 func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {

@@ -30,7 +30,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/stats"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -52,28 +51,11 @@ type rlsServer struct {
 	mu     sync.Mutex
 	answer func(context.Context, *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error)
 	reqs   []*rlspb.RateLimitRequest
-	conns  int // connections accepted
+
+	conns connCounter // connections accepted
 }
 
-// rlsConns counts an rlsServer's connections.
-type rlsConns struct{ r *rlsServer }
-
-func (rlsConns) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
-func (rlsConns) HandleRPC(context.Context, stats.RPCStats)                         {}
-func (rlsConns) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
-func (c rlsConns) HandleConn(_ context.Context, s stats.ConnStats) {
-	if _, ok := s.(*stats.ConnBegin); ok {
-		c.r.mu.Lock()
-		c.r.conns++
-		c.r.mu.Unlock()
-	}
-}
-
-func (r *rlsServer) connections() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.conns
-}
+func (r *rlsServer) connections() int { return r.conns.count() }
 
 func startRLS(t testing.TB) *rlsServer {
 	t.Helper()
@@ -83,7 +65,7 @@ func startRLS(t testing.TB) *rlsServer {
 		t.Fatal(err)
 	}
 	r.addr = lis.Addr().String()
-	s := grpc.NewServer(grpc.StatsHandler(rlsConns{r}))
+	s := grpc.NewServer(grpc.StatsHandler(&r.conns))
 	rlspb.RegisterRateLimitServiceServer(s, r)
 	go s.Serve(lis)
 	t.Cleanup(s.Stop)
