@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,6 +38,7 @@ func csmClient(ctx context.Context, t *testing.T, keepGlobal bool) (testgrpc.Tes
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { mp.Shutdown(context.Background()) })
+	noMetadataServer(t)
 	detect, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	cleanup := csm.EnableObservability(detect, opentelemetry.Options{MetricsOptions: opentelemetry.MetricsOptions{MeterProvider: mp}})
@@ -52,6 +56,30 @@ func csmClient(ctx context.Context, t *testing.T, keepGlobal bool) (testgrpc.Tes
 	}
 	t.Cleanup(func() { cc.Close() })
 	return testgrpc.NewTestServiceClient(cc), reader, r
+}
+
+// noMetadataServer keeps the plugin's GCP resource detector on loopback.
+// Left alone, it probes the metadata server at 169.254.169.254, which a
+// test must never reach: on a network where that address is black-holed,
+// the probe outlives the test and its connection is reported as a leak.
+// GCE_METADATA_HOST sends every metadata request to a loopback server that
+// defines nothing (404, as the real one answers for an unknown key), so the
+// detector finds no GCP resource, as on any machine off Google Cloud. This
+// server is a stand-in: no real metadata server runs on loopback.
+func noMetadataServer(t *testing.T) {
+	t.Helper()
+	var asked atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		http.NotFound(w, r)
+	}))
+	t.Setenv("GCE_METADATA_HOST", srv.Listener.Addr().String())
+	t.Cleanup(func() {
+		srv.Close()
+		if asked.Load() == 0 {
+			t.Error("the GCP detector never asked the loopback metadata server: where did it look?")
+		}
+	})
 }
 
 // pointAt gives the client of r the greeter's address.
