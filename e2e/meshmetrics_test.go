@@ -6,15 +6,19 @@ import (
 	"encoding/base64"
 	"net"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	faultpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
+	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -60,6 +64,25 @@ func envoyPeerHeader(t *testing.T) string {
 	}
 	return base64.StdEncoding.EncodeToString(b)
 }
+
+// wireBytes is a client's stats handler that counts the bytes of the
+// messages it sends and receives on the wire (gRPC's WireLength: encoded,
+// with the 5-byte prefix).
+type wireBytes struct {
+	sent, received atomic.Int64
+}
+
+func (w *wireBytes) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (w *wireBytes) HandleRPC(_ context.Context, s stats.RPCStats) {
+	switch s := s.(type) {
+	case *stats.OutPayload:
+		w.sent.Add(int64(s.WireLength))
+	case *stats.InPayload:
+		w.received.Add(int64(s.WireLength))
+	}
+}
+func (w *wireBytes) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (w *wireBytes) HandleConn(context.Context, stats.ConnStats)                       {}
 
 func labels(kv map[string]string) []attribute.KeyValue {
 	var out []attribute.KeyValue
@@ -169,8 +192,11 @@ func TestMeshMetrics(t *testing.T) {
 	}
 
 	// 2. mTLS, no header: the certificate's principal; the namespace is not
-	// given alone (Kiali would drop the series); no reply.
-	bare := newClient(t, addr, "127.0.0.1", 0, tlsCreds(pki.client(t, "a.test", "spiffe://a.test/ns/other-ns/sa/bare")))
+	// given alone (Kiali would drop the series); no reply. The request and
+	// response bytes are those on the wire, as grpc-go's client counts
+	// them (every message with its 5-byte prefix).
+	wire := &wireBytes{}
+	bare := newClient(t, addr, "127.0.0.1", 0, tlsCreds(pki.client(t, "a.test", "spiffe://a.test/ns/other-ns/sa/bare")), grpc.WithStatsHandler(wire))
 	hdr = nil
 	if _, err := bare.EmptyCall(ctx, &testpb.Empty{}, grpc.Header(&hdr)); err != nil {
 		t.Fatalf("EmptyCall: %v", err)
@@ -178,8 +204,17 @@ func TestMeshMetrics(t *testing.T) {
 	if v := hdr.Get(meshmetrics.HeaderMetadata); len(v) != 0 {
 		t.Errorf("a request without the header got a reply: %q", v)
 	}
-	mr.WaitForValue(ctx, t, meshmetrics.RequestsTotal, 1, labels(with(with(server, unknownSource), map[string]string{
-		"source_principal": "spiffe://a.test/ns/other-ns/sa/bare", "connection_security_policy": "mutual_tls", "grpc_response_status": "0"}))...)
+	if _, err := bare.UnaryCall(ctx, &testpb.SimpleRequest{Payload: &testpb.Payload{Body: make([]byte, 1000)}}); err != nil {
+		t.Fatalf("UnaryCall: %v", err)
+	}
+	bareLabels := labels(with(with(server, unknownSource), map[string]string{
+		"source_principal": "spiffe://a.test/ns/other-ns/sa/bare", "connection_security_policy": "mutual_tls", "grpc_response_status": "0"}))
+	mr.WaitForValue(ctx, t, meshmetrics.RequestsTotal, 2, bareLabels...)
+	if sent := wire.sent.Load(); sent < 1000 {
+		t.Errorf("the client sent %d bytes, want more than the payload's 1000", sent)
+	}
+	mr.WaitForValue(ctx, t, meshmetrics.RequestBytes, wire.sent.Load(), bareLabels...)
+	mr.WaitForValue(ctx, t, meshmetrics.ResponseBytes, wire.received.Load(), bareLabels...)
 
 	// 3. Plaintext, a malformed header: the RPC succeeds, the source is
 	// unknown, the policy none.
@@ -247,5 +282,26 @@ func TestMeshMetricsRefusedInTap(t *testing.T) {
 			kv[k] = v
 		}
 		mr.WaitForValue(ctx, t, meshmetrics.RequestsTotal, want, labels(kv)...)
+	}
+}
+
+// TestMeshMetricsRefusedAfterTap: an RPC the chain's filters refuse on the
+// RPC's goroutine, after the tap (here a fault filter's abort after its
+// delay), is counted with its status, once.
+func TestMeshMetricsRefusedAfterTap(t *testing.T) {
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	mr := testutils.NewMetricReader(t)
+	fault := &faultpb.HTTPFault{Delay: fixedDelay(time.Millisecond, 100), Abort: grpcAbort(codes.Aborted, 100)}
+	_, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
+		return filtersListener(a, []*hcmpb.HttpFilter{httpFilter(t, "fault", fault)}, allRoutes("routes"), "")
+	}, nil, xds.MeterProvider(mr.Provider), xds.MeshMetrics())
+	c := connected(ctx, t, addr)
+	if got := c.emptyCall(ctx); got != codes.Aborted {
+		t.Fatalf("EmptyCall: %v, want ABORTED (the fault filter)", got)
+	}
+	mr.WaitForValue(ctx, t, meshmetrics.RequestsTotal, 1, attribute.String("grpc_response_status", "10"))
+	if n, _ := mr.Value(t, meshmetrics.RequestsTotal); n != 1 {
+		t.Errorf("%s = %d, want the one RPC", meshmetrics.RequestsTotal, n)
 	}
 }

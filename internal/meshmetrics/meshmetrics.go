@@ -7,10 +7,10 @@
 // keys) or else its certificate; the server answers a request that carried
 // the header with its own.
 //
-// Cost: the label sets of a connection are built once per :authority and
-// peer header (a handful per connection), then once per gRPC status code;
-// an RPC allocates its one per-RPC state and whatever the metrics SDK
-// allocates.
+// Cost: the label sets of a filter chain are built once per :authority,
+// peer header and client certificate (a handful per connection), then once
+// per gRPC status code; a unary RPC allocates nothing of its own, a
+// streaming one its counting wrapper, and the metrics SDK what it needs.
 package meshmetrics
 
 import (
@@ -18,6 +18,7 @@ import (
 	"crypto/x509"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -26,9 +27,9 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/proxyless-grpc/xds/internal/grpccompat"
@@ -50,10 +51,6 @@ const (
 // Buckets are Envoy's default histogram bounds, which Istio's histograms
 // use (Istio sets none).
 var Buckets = []float64{0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 600000, 1800000, 3600000}
-
-// maxEntries bounds the label sets a connection caches; RPCs beyond them
-// build theirs each time.
-const maxEntries = 16
 
 // Recorder records the mesh metrics of one xDS server. Safe for concurrent
 // use; a nil *Recorder records nothing.
@@ -194,83 +191,63 @@ func (r *Recorder) Close() {
 }
 
 // ServerOptions returns the options of the gRPC servers of one filter
-// chain: a stats handler that records, and the interceptors that answer
-// the peer metadata header; and refused, which records an RPC the chain's
-// tap handle refused (gRPC tells its stats handlers nothing of those).
-// localCert returns the leaf of the chain's identity certificate (nil
-// without TLS). Nil for a nil r.
+// chain: the interceptors that record each RPC and answer the peer metadata
+// header; and refused, which records an RPC the chain refused before its
+// handler (gRPC runs no interceptor for it). localCert returns the leaf of
+// the chain's identity certificate (nil without TLS). Nil for a nil r.
+//
+// The options must come before the chain's own interceptors, so that an RPC
+// they refuse is counted, and before the user's, so that the reply is set
+// before those run.
+//
+// Interceptors rather than a stats handler: with any stats handler, gRPC
+// builds and reports seven events per RPC, which alone costs more than the
+// whole budget of the mesh metrics (issue 33: within 5% of plain gRPC).
+// What the interceptors cannot see is said in docs/observability.md: sizes
+// are of the messages as marshaled, before compression; the status is the
+// one the handler returned.
 func (r *Recorder) ServerOptions(localCert func() *x509.Certificate) (opts []grpc.ServerOption, refused func(context.Context, *tap.Info, error)) {
 	if r == nil {
 		return nil, nil
 	}
 	h := &handler{r: r, localCert: localCert}
+	h.entries.Store(&map[entryKey]*entry{})
 	return []grpc.ServerOption{
-		grpc.StatsHandler(h),
 		grpc.ChainUnaryInterceptor(h.unary),
 		grpc.ChainStreamInterceptor(h.stream),
 	}, h.refused
 }
 
-// refused records an RPC the tap handle refused with err: one request with
-// its status code, no message, no byte, and no time spent (the handle
-// answers before the RPC has a stream).
-func (h *handler) refused(ctx context.Context, info *tap.Info, err error) {
-	cs, _ := ctx.Value(connKey{}).(*connState)
-	if cs == nil || cs.h != h {
-		return
-	}
-	var authority, hdr string
-	if v := info.Header[":authority"]; len(v) > 0 {
-		authority = v[0]
-	}
-	if v := info.Header[HeaderMetadata]; len(v) > 0 {
-		hdr = v[0]
-	}
-	code := codes.PermissionDenied // what gRPC makes of a plain error from the tap
-	if st, ok := status.FromError(err); ok {
-		code = st.Code()
-	}
-	o := cs.lookup(ctx, authority, hdr).opts(h.r, uint32(code))
-	o.s.requests.Add(1)
-	bg := context.Background()
-	if h.r.duration != nil {
-		h.r.duration.Record(bg, 0, o.rec...)
-	}
-	if h.r.reqBytes != nil {
-		h.r.reqBytes.Record(bg, 0, o.rec...)
-	}
-	if h.r.resBytes != nil {
-		h.r.resBytes.Record(bg, 0, o.rec...)
-	}
-}
-
-// handler is the stats handler of one filter chain's servers.
+// handler records the RPCs of one filter chain's servers.
 type handler struct {
 	r         *Recorder
 	localCert func() *x509.Certificate
-}
 
-type connKey struct{}
-type rpcKey struct{}
-
-// connState is what a connection's RPCs share: who the peer is, and the
-// label sets already built.
-type connState struct {
-	h    *handler
-	once sync.Once
-	// Set by once, from the first RPC's peer.
-	peerID, peerNS, localID string
-	mtls                    bool
-
-	entries atomic.Pointer[[]*entry] // copy on write, under mu
+	// entries is copy on write: RPCs read it without a lock; a new
+	// :authority, header or client certificate copies it under mu. At
+	// maxEntries it starts again empty, which bounds the certificates it
+	// keeps alive; the series are the recorder's, and survive that.
+	entries atomic.Pointer[map[entryKey]*entry]
 	mu      sync.Mutex
 }
 
-// entry is the label sets of RPCs with one :authority and peer header.
-type entry struct {
+// maxEntries bounds a chain's cached label sets.
+const maxEntries = 1024
+
+// entryKey is what the labels of an RPC depend on, besides its status: its
+// :authority, the peer metadata header, and the client's certificate (its
+// connection's; nil without mutual TLS). The certificate's pointer is the
+// same for every RPC of a connection.
+type entryKey struct {
 	authority, header string
-	base              []attribute.KeyValue
-	codes             [17]atomic.Pointer[codeOpts]
+	peer              *x509.Certificate
+	tls               bool
+}
+
+// entry is the label sets of RPCs with one entryKey.
+type entry struct {
+	base  []attribute.KeyValue
+	codes [17]atomic.Pointer[codeOpts]
 }
 
 // codeOpts are the series and options of a measurement with one status
@@ -306,154 +283,174 @@ func (e *entry) opts(r *Recorder, code uint32) *codeOpts {
 	return o
 }
 
-// rpcState is the context of one RPC, and what it has counted.
-type rpcState struct {
-	context.Context
-	conn     *connState
-	entry    atomic.Pointer[entry]
-	peerSent bool // set at InHeader, before the handler runs
-	inMsgs   atomic.Int64
-	outMsgs  atomic.Int64
-	inBytes  atomic.Int64
-	outBytes atomic.Int64
-}
-
-func (s *rpcState) Value(k any) any {
-	if k == (rpcKey{}) {
-		return s
-	}
-	return s.Context.Value(k)
-}
-
-func rpcOf(ctx context.Context) *rpcState {
-	s, _ := ctx.Value(rpcKey{}).(*rpcState)
-	return s
-}
-
-func (h *handler) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return context.WithValue(ctx, connKey{}, &connState{h: h})
-}
-
-func (h *handler) HandleConn(context.Context, stats.ConnStats) {}
-
-func (h *handler) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
-	cs, _ := ctx.Value(connKey{}).(*connState)
-	if cs == nil || cs.h != h {
-		return ctx
-	}
-	return &rpcState{Context: ctx, conn: cs}
-}
-
-func (h *handler) HandleRPC(ctx context.Context, s stats.RPCStats) {
-	r := rpcOf(ctx)
-	if r == nil {
-		return
-	}
-	switch s := s.(type) {
-	case *stats.InHeader:
-		var authority, hdr string
-		if v := s.Header[":authority"]; len(v) > 0 {
-			authority = v[0]
-		}
-		if v := s.Header[HeaderMetadata]; len(v) > 0 {
-			hdr = v[0]
-			r.peerSent = true
-		}
-		r.entry.Store(r.conn.lookup(ctx, authority, hdr))
-	case *stats.InPayload:
-		r.inMsgs.Add(1)
-		r.inBytes.Add(int64(s.WireLength))
-	case *stats.OutPayload:
-		r.outMsgs.Add(1)
-		r.outBytes.Add(int64(s.WireLength))
-	case *stats.End:
-		e := r.entry.Load()
-		if e == nil {
-			e = r.conn.lookup(ctx, "", "")
-		}
-		rec := h.r
-		o := e.opts(rec, uint32(status.Code(s.Error)))
-		o.s.requests.Add(1)
-		o.s.reqMsgs.Add(r.inMsgs.Load())
-		o.s.resMsgs.Add(r.outMsgs.Load())
-		bg := context.Background()
-		if rec.duration != nil {
-			rec.duration.Record(bg, float64(s.EndTime.Sub(s.BeginTime))/1e6, o.rec...)
-		}
-		if rec.reqBytes != nil {
-			rec.reqBytes.Record(bg, r.inBytes.Load(), o.rec...)
-		}
-		if rec.resBytes != nil {
-			rec.resBytes.Record(bg, r.outBytes.Load(), o.rec...)
-		}
-	}
-}
-
-// lookup returns the label sets of the connection's RPCs with authority
-// and peer header hdr, built on first use.
-func (cs *connState) lookup(ctx context.Context, authority, hdr string) *entry {
-	cs.once.Do(func() { cs.readPeer(ctx) })
-	if es := cs.entries.Load(); es != nil {
-		for _, e := range *es {
-			if e.authority == authority && e.header == hdr {
-				return e
+// keyOf returns the entryKey of an RPC with :authority authority and peer
+// metadata header hdr on the connection of ctx.
+func keyOf(ctx context.Context, authority, hdr string) entryKey {
+	k := entryKey{authority: authority, header: hdr}
+	if p, ok := peer.FromContext(ctx); ok {
+		if info, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+			k.tls = true
+			if certs := info.State.PeerCertificates; len(certs) > 0 {
+				k.peer = certs[0]
 			}
 		}
 	}
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	var old []*entry
-	if es := cs.entries.Load(); es != nil {
-		old = *es
-		for _, e := range old {
-			if e.authority == authority && e.header == hdr {
-				return e
-			}
-		}
+	return k
+}
+
+// lookup returns the label sets of RPCs with key k, built on first use.
+func (h *handler) lookup(k entryKey) *entry {
+	if e, ok := (*h.entries.Load())[k]; ok {
+		return e
 	}
-	src := source(hdr, cs.peerID, cs.peerNS)
-	e := &entry{authority: authority, header: hdr,
-		base: baseAttrs(cs.h.r.local, cs.localID, src, cs.peerID, cs.mtls, authority)}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	old := *h.entries.Load()
+	if e, ok := old[k]; ok {
+		return e
+	}
+	// The connection's identities: the client's certificate (mutual TLS)
+	// and the server's own.
+	var peerID, peerNS, localID string
+	if k.peer != nil {
+		peerID, peerNS = SpiffeID(k.peer)
+	}
+	if k.tls && h.localCert != nil {
+		localID, _ = SpiffeID(h.localCert())
+	}
+	e := &entry{base: baseAttrs(h.r.local, localID, source(k.header, peerID, peerNS), peerID, k.peer != nil, k.authority)}
+	next := make(map[entryKey]*entry, len(old)+1)
 	if len(old) < maxEntries {
-		es := append(old[:len(old):len(old)], e)
-		cs.entries.Store(&es)
+		for k, v := range old {
+			next[k] = v
+		}
 	}
+	next[k] = e
+	h.entries.Store(&next)
 	return e
 }
 
-// readPeer reads the identities of the connection: the client's
-// certificate (mutual TLS) and the server's own.
-func (cs *connState) readPeer(ctx context.Context) {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return
+// record adds one RPC with status code, its message counts and sizes, and
+// its duration in milliseconds.
+func (h *handler) record(o *codeOpts, inMsgs, outMsgs, inBytes, outBytes int64, ms float64) {
+	o.s.requests.Add(1)
+	o.s.reqMsgs.Add(inMsgs)
+	o.s.resMsgs.Add(outMsgs)
+	bg := context.Background()
+	rec := h.r
+	if rec.duration != nil {
+		rec.duration.Record(bg, ms, o.rec...)
 	}
-	info, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok {
-		return
+	if rec.reqBytes != nil {
+		rec.reqBytes.Record(bg, inBytes, o.rec...)
 	}
-	if certs := info.State.PeerCertificates; len(certs) > 0 {
-		cs.mtls = true
-		cs.peerID, cs.peerNS = SpiffeID(certs[0])
-	}
-	if cs.h.localCert != nil {
-		cs.localID, _ = SpiffeID(cs.h.localCert())
+	if rec.resBytes != nil {
+		rec.resBytes.Record(bg, outBytes, o.rec...)
 	}
 }
 
-// unary answers a request that carried the peer metadata header with the
-// server's own, unless grpc-go's CSM plugin on this server answers it.
+// refused records an RPC the tap handle refused with err: one request with
+// its status code, no message, no byte, and no time spent (the handle
+// answers before the RPC has a stream).
+func (h *handler) refused(ctx context.Context, info *tap.Info, err error) {
+	code := codes.PermissionDenied // what gRPC makes of a plain error from the tap
+	if st, ok := status.FromError(err); ok {
+		code = st.Code()
+	}
+	h.record(h.lookup(keyOf(ctx, first(info.Header[":authority"]), first(info.Header[HeaderMetadata]))).opts(h.r, uint32(code)), 0, 0, 0, 0, 0)
+}
+
+// codeOf is the status code gRPC sends for a handler's error.
+func codeOf(err error) codes.Code {
+	if err == nil {
+		return codes.OK
+	}
+	if st, ok := status.FromError(err); ok {
+		return st.Code()
+	}
+	return status.FromContextError(err).Code()
+}
+
+// wireSize is the size of message m in a gRPC request or response body: its
+// encoding and the 5-byte prefix of its frame. Messages that are not
+// protocol buffers (another codec) count their prefix only.
+func wireSize(m any) int64 {
+	if pm, ok := m.(proto.Message); ok {
+		return int64(proto.Size(pm)) + 5
+	}
+	return 5
+}
+
+// incoming returns the entryKey of the RPC of ctx, from its headers.
+// metadata.FromIncomingContext would copy every header; this copies the
+// one value of each that it reads.
+func incoming(ctx context.Context) entryKey {
+	return keyOf(ctx, first(metadata.ValueFromIncomingContext(ctx, ":authority")), first(metadata.ValueFromIncomingContext(ctx, HeaderMetadata)))
+}
+
+func first(v []string) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return v[0]
+}
+
+// unary records a unary RPC, and answers a request that carried the peer
+// metadata header with the server's own, unless grpc-go's CSM plugin on
+// this server answers it.
 func (h *handler) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
-	if r := rpcOf(ctx); r != nil && r.peerSent && h.r.reply != nil && !grpccompat.CSMAnswers(grpc.ServerTransportStreamFromContext(ctx)) {
+	start := time.Now()
+	k := incoming(ctx)
+	if k.header != "" && h.r.reply != nil && !grpccompat.CSMAnswers(grpc.ServerTransportStreamFromContext(ctx)) {
 		grpc.SetHeader(ctx, h.r.reply)
 	}
-	return next(ctx, req)
+	resp, err := next(ctx, req)
+	var out, outBytes int64
+	if err == nil {
+		out, outBytes = 1, wireSize(resp)
+	}
+	h.record(h.lookup(k).opts(h.r, uint32(codeOf(err))), 1, out, wireSize(req), outBytes, msSince(start))
+	return resp, err
 }
 
-// stream is unary for streaming RPCs.
+// stream is unary for streaming RPCs, whose messages it counts as the
+// handler receives and sends them.
 func (h *handler) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, next grpc.StreamHandler) error {
-	if r := rpcOf(ss.Context()); r != nil && r.peerSent && h.r.reply != nil && !grpccompat.CSMAnswers(ss) && !grpccompat.CSMAnswers(grpc.ServerTransportStreamFromContext(ss.Context())) {
+	start := time.Now()
+	ctx := ss.Context()
+	k := incoming(ctx)
+	if k.header != "" && h.r.reply != nil && !grpccompat.CSMAnswers(ss) && !grpccompat.CSMAnswers(grpc.ServerTransportStreamFromContext(ctx)) {
 		ss.SetHeader(h.r.reply)
 	}
-	return next(srv, ss)
+	cs := &countingStream{ServerStream: ss}
+	err := next(srv, cs)
+	h.record(h.lookup(k).opts(h.r, uint32(codeOf(err))), cs.in.Load(), cs.out.Load(), cs.inBytes.Load(), cs.outBytes.Load(), msSince(start))
+	return err
+}
+
+func msSince(t time.Time) float64 { return float64(time.Since(t)) / 1e6 }
+
+// countingStream counts the messages a streaming handler receives and
+// sends, and their sizes.
+type countingStream struct {
+	grpc.ServerStream
+	in, out, inBytes, outBytes atomic.Int64
+}
+
+func (s *countingStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if err == nil {
+		s.in.Add(1)
+		s.inBytes.Add(wireSize(m))
+	}
+	return err
+}
+
+func (s *countingStream) SendMsg(m any) error {
+	err := s.ServerStream.SendMsg(m)
+	if err == nil {
+		s.out.Add(1)
+		s.outBytes.Add(wireSize(m))
+	}
+	return err
 }

@@ -35,8 +35,9 @@ type Point struct {
 }
 
 // Points collects the metric called name and returns its int64 data points
-// (none if it was not recorded). It fails the test if collection fails or
-// the metric is not an int64 sum or gauge.
+// (none if it was not recorded); an int64 histogram's point has its sum as
+// its value. It fails the test if collection fails or the metric is not an
+// int64 sum, gauge or histogram.
 func (r *MetricReader) Points(t testing.TB, name string) []Point {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
@@ -55,8 +56,12 @@ func (r *MetricReader) Points(t testing.TB, name string) []Point {
 				dps = d.DataPoints
 			case metricdata.Gauge[int64]:
 				dps = d.DataPoints
+			case metricdata.Histogram[int64]:
+				for _, hp := range d.DataPoints {
+					dps = append(dps, metricdata.DataPoint[int64]{Attributes: hp.Attributes, Value: hp.Sum})
+				}
 			default:
-				t.Fatalf("metric %q has data of type %T, want an int64 sum or gauge", name, m.Data)
+				t.Fatalf("metric %q has data of type %T, want an int64 sum, gauge or histogram", name, m.Data)
 			}
 			for _, dp := range dps {
 				attrs := make(map[string]string)

@@ -129,16 +129,16 @@ func (g *Group) NewChainServer(fc *filterchain.FilterChain, routes *rpcpath.Sour
 		conns:  make(map[*Conn]struct{}),
 	}
 	cs.rpc = rpcpath.NewChain(fc.Name, fc.HCM, routes).WithLocalIdentity(sec.LocalCertificate)
-	user := g.opts.GRPCOptions
-	if mesh, refused := g.opts.Mesh.ServerOptions(sec.LocalCertificate); mesh != nil {
-		// First, so that the peer metadata reply is set before the user's
-		// interceptors run.
-		user = append(mesh, user...)
+	// The mesh metrics' interceptors run first: they count the RPCs the
+	// chain's filters refuse after the tap, and set the peer metadata reply
+	// before the user's interceptors run.
+	mesh, refused := g.opts.Mesh.ServerOptions(sec.LocalCertificate)
+	if refused != nil {
 		// RPCs refused in the tap handle count too, as a sidecar counts
 		// those its filters refuse.
 		cs.rpc.OnRefused(refused)
 	}
-	cs.grpcOpts = cs.rpc.ServerOptions(user)
+	cs.grpcOpts = cs.rpc.ServerOptions(mesh, g.opts.GRPCOptions)
 	g.mu.Lock()
 	g.servers[cs] = struct{}{}
 	g.mu.Unlock()

@@ -61,14 +61,17 @@ func (c *Chain) OnRefused(f func(ctx context.Context, info *tap.Info, err error)
 }
 
 // ServerOptions returns the options of the chain's servers built around
-// the user's: first, when the chain's filters leave work for after the tap,
-// the interceptors that run it (before the user's chained interceptors; a
-// grpc.UnaryInterceptor or grpc.StreamInterceptor given by the user always
-// runs first, by gRPC's rule); then user's options; then the chain's tap
-// handle, unless each connection gets one of its own (ConnOptions). The
-// result has no spare capacity, so appending to it copies.
-func (c *Chain) ServerOptions(user []grpc.ServerOption) []grpc.ServerOption {
-	opts := make([]grpc.ServerOption, 0, len(user)+3)
+// the user's: first outer (interceptors that must see every RPC the chain's
+// own refuse: the mesh metrics'); then, when the chain's filters leave work
+// for after the tap, the interceptors that run it (before the user's
+// chained interceptors; a grpc.UnaryInterceptor or grpc.StreamInterceptor
+// given by the user always runs first, by gRPC's rule); then user's
+// options; then the chain's tap handle, unless each connection gets one of
+// its own (ConnOptions). The result has no spare capacity, so appending to
+// it copies.
+func (c *Chain) ServerOptions(outer, user []grpc.ServerOption) []grpc.ServerOption {
+	opts := make([]grpc.ServerOption, 0, len(outer)+len(user)+3)
+	opts = append(opts, outer...)
 	if c.needs.After {
 		opts = append(opts, grpc.ChainUnaryInterceptor(unaryAfter), grpc.ChainStreamInterceptor(streamAfter))
 	}
