@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/base64"
+	"fmt"
 	"net"
 	"path/filepath"
 	"sync/atomic"
@@ -303,5 +304,46 @@ func TestMeshMetricsRefusedAfterTap(t *testing.T) {
 	mr.WaitForValue(ctx, t, meshmetrics.RequestsTotal, 1, attribute.String("grpc_response_status", "10"))
 	if n, _ := mr.Value(t, meshmetrics.RequestsTotal); n != 1 {
 		t.Errorf("%s = %d, want the one RPC", meshmetrics.RequestsTotal, n)
+	}
+}
+
+// TestMeshMetricsUnregisteredMethod: an RPC for a method no registered
+// service has, which gRPC answers UNIMPLEMENTED after the tap without
+// running an interceptor, is counted once with code 12; with a
+// grpc.UnknownServiceHandler, which serves such RPCs through the
+// interceptors, once with the handler's status.
+func TestMeshMetricsUnregisteredMethod(t *testing.T) {
+	const unknownMethod = "/grpc.testing.UnimplementedService/UnimplementedCall"
+	for _, c := range []struct {
+		name     string
+		opts     []grpc.ServerOption
+		wantCode codes.Code
+	}{
+		{name: "gRPC refuses it", wantCode: codes.Unimplemented},
+		{name: "an unknown service handler serves it", opts: []grpc.ServerOption{grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error {
+			return status.Error(codes.NotFound, "served by the unknown service handler")
+		})}, wantCode: codes.NotFound},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := testContext(t)
+			env := newTestEnv(t)
+			mr := testutils.NewMetricReader(t)
+			opts := []grpc.ServerOption{xds.MeterProvider(mr.Provider), xds.MeshMetrics()}
+			_, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener { return simpleListener(a) }, nil, append(opts, c.opts...)...)
+			cl := connected(ctx, t, addr)
+			err := cl.Invoke(ctx, unknownMethod, &testpb.Empty{}, &testpb.Empty{})
+			if status.Code(err) != c.wantCode {
+				t.Fatalf("%s: %v, want %v", unknownMethod, err, c.wantCode)
+			}
+			if got := cl.emptyCall(ctx); got != codes.OK {
+				t.Fatalf("EmptyCall: %v", got)
+			}
+			code := fmt.Sprint(uint32(c.wantCode))
+			mr.WaitForValue(ctx, t, meshmetrics.RequestsTotal, 1, attribute.String("grpc_response_status", code))
+			mr.WaitForValue(ctx, t, meshmetrics.RequestsTotal, 1, attribute.String("grpc_response_status", "0"))
+			if n, _ := mr.Value(t, meshmetrics.RequestsTotal); n != 2 {
+				t.Errorf("%s = %d, want 2 (one RPC of each)", meshmetrics.RequestsTotal, n)
+			}
+		})
 	}
 }

@@ -2,7 +2,8 @@
 // its documented API, each with a canary test that fails with a clear
 // message when a grpc-go release changes it:
 //
-//   - ServerCreds reads the transport credentials of grpc.ServerOptions;
+//   - ServerCreds reads the transport credentials of grpc.ServerOptions,
+//     and HasUnknownServiceHandler whether they set grpc.UnknownServiceHandler;
 //   - the server's connections (internal/server/connserver) offer
 //     ReadOnReady, which grpc-go's transport calls to read into pooled
 //     buffers only when data arrives (TestCanaryReadOnReady);
@@ -88,6 +89,29 @@ func ServerCreds(opts []grpc.ServerOption) (credentials.TransportCredentials, er
 		return nil, nil
 	}
 	return s.creds()
+}
+
+// HasUnknownServiceHandler reports whether opts set
+// grpc.UnknownServiceHandler, read as ServerCreds reads the credentials
+// (the same errors). Without one, gRPC refuses an RPC for a method no
+// registered service has before any interceptor runs; with one, the RPC
+// goes through the stream interceptors to it.
+func HasUnknownServiceHandler(opts []grpc.ServerOption) (bool, error) {
+	var s *settings
+	for _, o := range opts {
+		var err error
+		if s, err = apply(s, reflect.ValueOf(o), 0); err != nil {
+			return false, err
+		}
+	}
+	if s == nil {
+		return false, nil
+	}
+	f := s.v.Elem().FieldByName("unknownStreamDesc")
+	if !f.IsValid() || f.Type() != reflect.TypeFor[*grpc.StreamDesc]() {
+		return false, fmt.Errorf("%w: no field unknownStreamDesc of type *grpc.StreamDesc in %v", ErrUnknownShape, s.v.Type().Elem())
+	}
+	return !f.IsNil(), nil
 }
 
 // settings is an empty gRPC option struct, made on the first option that

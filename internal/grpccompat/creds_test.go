@@ -181,3 +181,27 @@ func runCredsCases(t *testing.T, tests []credsCase) {
 		})
 	}
 }
+
+// TestHasUnknownServiceHandler pins what HasUnknownServiceHandler reads
+// against the grpc-go this module builds with: the mesh metrics count an
+// RPC for an unregistered method in the tap only when gRPC refuses it
+// without running the interceptors (no UnknownServiceHandler).
+func TestHasUnknownServiceHandler(t *testing.T) {
+	type wrapped struct{ grpc.ServerOption }
+	handler := func(any, grpc.ServerStream) error { return nil }
+	for _, c := range []struct {
+		name string
+		opts []grpc.ServerOption
+		want bool
+	}{
+		{"none", nil, false},
+		{"other options", []grpc.ServerOption{grpc.MaxRecvMsgSize(1), grpc.EmptyServerOption{}, otherOption{}}, false},
+		{"set", []grpc.ServerOption{grpc.MaxRecvMsgSize(1), grpc.UnknownServiceHandler(handler)}, true},
+		{"set in an option of another package", []grpc.ServerOption{wrapped{grpc.UnknownServiceHandler(handler)}}, true},
+	} {
+		got, err := grpccompat.HasUnknownServiceHandler(c.opts)
+		if err != nil || got != c.want {
+			t.Errorf("%s: HasUnknownServiceHandler = %v, %v; want %v", c.name, got, err, c.want)
+		}
+	}
+}

@@ -31,6 +31,7 @@ import (
 
 	"github.com/proxyless-grpc/xds/internal/clock"
 	"github.com/proxyless-grpc/xds/internal/filterchain"
+	"github.com/proxyless-grpc/xds/internal/grpccompat"
 	"github.com/proxyless-grpc/xds/internal/meshmetrics"
 	"github.com/proxyless-grpc/xds/internal/server/rpcpath"
 	"github.com/proxyless-grpc/xds/internal/server/security"
@@ -87,6 +88,11 @@ type Group struct {
 	// idle counts the idle servers of every chain server, up to
 	// maxIdleGroup.
 	idle atomic.Int32
+	// registered reports whether a registered service has a method, for
+	// the mesh metrics to count the RPCs gRPC refuses for the others; nil
+	// when they are not counted (no mesh metrics, or a
+	// grpc.UnknownServiceHandler serves them through the interceptors).
+	registered func(method string) bool // immutable
 }
 
 // maxIdle bounds the idle servers kept by one chain server for its next
@@ -98,6 +104,24 @@ const (
 	maxIdleGroup = 1024
 )
 
+// registeredMethods returns whether one of services has a method
+// ("/service/method").
+func registeredMethods(services []Service) func(string) bool {
+	set := make(map[string]struct{})
+	for _, sv := range services {
+		for _, m := range sv.Desc.Methods {
+			set["/"+sv.Desc.ServiceName+"/"+m.MethodName] = struct{}{}
+		}
+		for _, m := range sv.Desc.Streams {
+			set["/"+sv.Desc.ServiceName+"/"+m.StreamName] = struct{}{}
+		}
+	}
+	return func(method string) bool {
+		_, ok := set[method]
+		return ok
+	}
+}
+
 // NewGroup returns an empty Group; it starts the reaper goroutine, which
 // Close stops.
 func NewGroup(o Options) *Group {
@@ -105,13 +129,23 @@ func NewGroup(o Options) *Group {
 	if o.Rand == nil {
 		o.Rand = rand.N[time.Duration]
 	}
+	var registered func(string) bool
+	if o.Mesh != nil {
+		// The options' credentials were read the same way before the
+		// server was made: an error here is as unlikely, and costs only
+		// the count of RPCs for unregistered methods.
+		if has, err := grpccompat.HasUnknownServiceHandler(o.GRPCOptions); err == nil && !has {
+			registered = registeredMethods(o.Services)
+		}
+	}
 	return &Group{
-		opts:     o,
-		closing:  syncutil.NewEvent(),
-		graceful: syncutil.NewEvent(),
-		hardStop: syncutil.NewEvent(),
-		reaper:   syncutil.NewCallbackSerializer(),
-		servers:  make(map[*ChainServer]struct{}),
+		registered: registered,
+		opts:       o,
+		closing:    syncutil.NewEvent(),
+		graceful:   syncutil.NewEvent(),
+		hardStop:   syncutil.NewEvent(),
+		reaper:     syncutil.NewCallbackSerializer(),
+		servers:    make(map[*ChainServer]struct{}),
 	}
 }
 
@@ -135,8 +169,12 @@ func (g *Group) NewChainServer(fc *filterchain.FilterChain, routes *rpcpath.Sour
 	mesh, refused := g.opts.Mesh.ServerOptions(sec.LocalCertificate)
 	if refused != nil {
 		// RPCs refused in the tap handle count too, as a sidecar counts
-		// those its filters refuse.
+		// those its filters refuse, and so do those gRPC refuses after it
+		// for a method no service has.
 		cs.rpc.OnRefused(refused)
+		if g.registered != nil {
+			cs.rpc.OnUnregistered(g.registered)
+		}
 	}
 	cs.grpcOpts = cs.rpc.ServerOptions(mesh, g.opts.GRPCOptions)
 	g.mu.Lock()

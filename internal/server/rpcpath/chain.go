@@ -40,6 +40,17 @@ func NewChain(name string, hcm *filterchain.HTTPConnectionManager, src *Source) 
 	return c
 }
 
+// OnUnregistered has the function given to OnRefused also told of every
+// RPC the tap handles let through for a method that registered reports
+// false for: gRPC refuses those with UNIMPLEMENTED after the tap, runs no
+// interceptor for them and reports them to nothing else. Give it only when
+// the server has no grpc.UnknownServiceHandler (which serves those RPCs
+// through the interceptors). Call it before ServerOptions. Returns c.
+func (c *Chain) OnUnregistered(registered func(method string) bool) *Chain {
+	c.tap.unregistered = func(m string) bool { return !registered(m) }
+	return c
+}
+
 // WithLocalIdentity gives the chain's filters that read the server's own
 // certificate (httpfilter.LocalIdentityUser) id, which returns the leaf of
 // the chain's current identity certificate; it does nothing for other
@@ -105,7 +116,7 @@ func (c *Chain) connHandle() tap.ServerInHandle {
 	if !c.needs.ConnState {
 		return c.tap.handle
 	}
-	t := &tapper{chain: c.tap.chain, src: c.tap.src, localID: c.tap.localID, defers: c.tap.defers, refused: c.tap.refused, conn: &httpfilter.ConnState{}}
+	t := &tapper{chain: c.tap.chain, src: c.tap.src, localID: c.tap.localID, defers: c.tap.defers, refused: c.tap.refused, unregistered: c.tap.unregistered, conn: &httpfilter.ConnState{}}
 	return t.handle
 }
 

@@ -63,12 +63,26 @@ type tapper struct {
 	// refused, if set, is told of every RPC the handle refuses (gRPC
 	// reports no end for them to its stats handlers).
 	refused func(ctx context.Context, info *tap.Info, err error)
+	// unregistered, if set with refused, reports whether gRPC will refuse
+	// an RPC the handle lets through because no service has its method;
+	// refused is told of those too, with errUnregistered.
+	unregistered func(method string) bool
 }
+
+// errUnregistered is what refused is told of an RPC for a method no
+// service has: gRPC answers it UNIMPLEMENTED after the tap, without
+// running an interceptor.
+var errUnregistered = status.Error(codes.Unimplemented, "xds: no registered service has the method")
 
 func (t *tapper) handle(ctx context.Context, info *tap.Info) (context.Context, error) {
 	ctx, err := t.route(ctx, info)
-	if err != nil && t.refused != nil {
-		t.refused(ctx, info, err)
+	if t.refused != nil {
+		switch {
+		case err != nil:
+			t.refused(ctx, info, err)
+		case t.unregistered != nil && t.unregistered(info.FullMethodName):
+			t.refused(ctx, info, errUnregistered)
+		}
 	}
 	return ctx, err
 }
