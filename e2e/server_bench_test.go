@@ -28,6 +28,8 @@ import (
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
@@ -35,6 +37,7 @@ import (
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/stats"
+	grpcotel "google.golang.org/grpc/stats/opentelemetry"
 	grpcxds "google.golang.org/grpc/xds"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -186,7 +189,34 @@ var (
 	// meshLibrary is thisLibrary with Istio's standard metrics
 	// (xds.MeshMetrics) recorded into an OpenTelemetry SDK provider, its
 	// bootstrap's node metadata as istio-agent writes it.
-	meshLibrary = xdsImpl{name: "xds-mesh", newServer: func(bs []byte, serving func(bool)) (xdsServer, error) {
+	meshLibrary = meshLibraryWith("xds-mesh", func() metric.MeterProvider {
+		return sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	})
+	// meshNoopLibrary records them into OpenTelemetry's no-op provider:
+	// the interceptors' own cost, without the SDK's.
+	meshNoopLibrary = meshLibraryWith("xds-mesh-noop", func() metric.MeterProvider { return noop.NewMeterProvider() })
+	// grpcOTelLibrary is thisLibrary with grpc-go's own OpenTelemetry
+	// plugin (gRFC A66's per-RPC metrics) recording into an SDK provider:
+	// what a server pays today for gRPC's standard metrics.
+	grpcOTelLibrary = xdsImpl{name: "xds-grpcotel", newServer: func(bs []byte, serving func(bool)) (xdsServer, error) {
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+		return xds.NewGRPCServer(xds.BootstrapContents(bs),
+			grpcotel.ServerOption(grpcotel.Options{MetricsOptions: grpcotel.MetricsOptions{MeterProvider: mp}}),
+			xds.ServingModeCallback(func(_ net.Addr, a xds.ServingModeChangeArgs) {
+				serving(a.Mode == connectivity.ServingModeServing)
+			}))
+	}}
+	grpcGoXDS = xdsImpl{name: "grpcxds", newServer: func(bs []byte, serving func(bool)) (xdsServer, error) {
+		return grpcxds.NewGRPCServer(grpcxds.BootstrapContentsForTesting(bs), grpcxds.ServingModeCallback(func(_ net.Addr, a grpcxds.ServingModeChangeArgs) {
+			serving(a.Mode == connectivity.ServingModeServing)
+		}))
+	}}
+)
+
+// meshLibraryWith is thisLibrary with xds.MeshMetrics recording into the
+// provider newMP returns, and the node metadata istio-agent writes.
+func meshLibraryWith(name string, newMP func() metric.MeterProvider) xdsImpl {
+	return xdsImpl{name: name, newServer: func(bs []byte, serving func(bool)) (xdsServer, error) {
 		var boot map[string]any
 		if err := json.Unmarshal(bs, &boot); err != nil {
 			return nil, err
@@ -201,18 +231,12 @@ var (
 		if err != nil {
 			return nil, err
 		}
-		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-		return xds.NewGRPCServer(xds.BootstrapContents(bs), xds.MeterProvider(mp), xds.MeshMetrics(),
+		return xds.NewGRPCServer(xds.BootstrapContents(bs), xds.MeterProvider(newMP()), xds.MeshMetrics(),
 			xds.ServingModeCallback(func(_ net.Addr, a xds.ServingModeChangeArgs) {
 				serving(a.Mode == connectivity.ServingModeServing)
 			}))
 	}}
-	grpcGoXDS = xdsImpl{name: "grpcxds", newServer: func(bs []byte, serving func(bool)) (xdsServer, error) {
-		return grpcxds.NewGRPCServer(grpcxds.BootstrapContentsForTesting(bs), grpcxds.ServingModeCallback(func(_ net.Addr, a grpcxds.ServingModeChangeArgs) {
-			serving(a.Mode == connectivity.ServingModeServing)
-		}))
-	}}
-)
+}
 
 func startXDSServer(b *testing.B, chains, vhosts int) benchServer {
 	return startImplServer(b, thisLibrary, chains, vhosts, 0)
@@ -404,6 +428,8 @@ func BenchmarkServerUnaryMesh(b *testing.B) {
 		{name: "xds", start: func(b *testing.B) benchServer { return startXDSServer(b, 1, 1) }},
 		{name: "xds-statshandler", start: func(b *testing.B) benchServer { return startImplServer(b, statsLibrary, 1, 1, 0) }},
 		{name: "xds-mesh", start: func(b *testing.B) benchServer { return startImplServer(b, meshLibrary, 1, 1, 0) }},
+		{name: "xds-mesh-noop", start: func(b *testing.B) benchServer { return startImplServer(b, meshNoopLibrary, 1, 1, 0) }},
+		{name: "xds-grpcotel", start: func(b *testing.B) benchServer { return startImplServer(b, grpcOTelLibrary, 1, 1, 0) }},
 	})
 }
 
