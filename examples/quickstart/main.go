@@ -4,8 +4,10 @@
 //	go run ./examples/quickstart
 //
 // It starts, in one process and on 127.0.0.1 only, an xDS control plane
-// (go-control-plane) and a gRPC server built with xds.NewGRPCServer (a
-// greeter service and CSDS), whose bootstrap is passed in memory with
+// (go-control-plane), a gRPC server built with xds.NewGRPCServer (a greeter
+// service), and a plain gRPC admin server with CSDS beside it, as in
+// production: the xDS port closes its connections while not serving, when
+// CSDS is most needed. The xDS server's bootstrap is passed in memory with
 // xds.BootstrapContents (no file, no environment variable). A client then
 // calls the server while the control plane changes its configuration, and
 // the program prints what happens, each line with the time since the start:
@@ -24,7 +26,7 @@
 //  5. A new Listener without the RBAC filter: the changed filter chain's
 //     connection is drained, and a stream opened before the update still
 //     finishes normally.
-//  6. The client calls the server's CSDS service and prints each xDS
+//  6. The client calls CSDS on the admin port and prints each xDS
 //     resource with its version and status.
 //  7. The control plane turns on mTLS: the server's certificate and the
 //     roots for client certificates come from the bootstrap's certificate
@@ -152,10 +154,20 @@ func run(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	testgrpc.RegisterTestServiceServer(srv, greeter{})
-	if err := csds.Register(srv); err != nil { // what xDS configuration the process runs with
+	// CSDS on an admin server of its own: what xDS configuration the
+	// process runs with, reachable also while the xDS port is not serving.
+	admin := grpc.NewServer()
+	defer admin.Stop()
+	if err := csds.Register(admin); err != nil {
 		srv.Stop()
 		return err
 	}
+	adminLis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		srv.Stop()
+		return err
+	}
+	go admin.Serve(adminLis)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		srv.Stop()
@@ -170,7 +182,7 @@ func run(ctx context.Context, out io.Writer) error {
 		return <-served
 	})
 	defer stopServer()
-	say("Started an xDS-managed gRPC server (xds.NewGRPCServer) on %s, with a greeter service and CSDS,", addr)
+	say("Started an xDS-managed gRPC server (xds.NewGRPCServer) on %s, with a greeter service (CSDS on the admin port %s),", addr, adminLis.Addr())
 	more("and this bootstrap (passed in memory with xds.BootstrapContents):\n            %s", strings.ReplaceAll(string(bootstrap), "\n", "\n            "))
 	more("It asks the control plane for its configuration: the Listener %q.", fmt.Sprintf(listenerNameTemplate, addr))
 
@@ -327,9 +339,14 @@ func run(ctx context.Context, out io.Writer) error {
 	more("   (GOAWAY, in-flight RPCs finish under the old config, then close) instead of cutting it.")
 
 	// 6. CSDS, while the server still serves.
-	step("6. The client asks the server's CSDS service (envoy.service.status.v3.ClientStatusDiscoveryService)")
+	step("6. The client asks CSDS (envoy.service.status.v3.ClientStatusDiscoveryService) on the admin port")
 	more("   which xDS configuration the server runs with:")
-	lines, err := csdsSummary(ctx, conn)
+	adminConn, err := grpc.NewClient(adminLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer adminConn.Close()
+	lines, err := csdsSummary(ctx, adminConn)
 	if err != nil {
 		return err
 	}
