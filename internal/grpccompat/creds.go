@@ -78,6 +78,16 @@ var (
 // is not laid out as expected, ErrUnreadable when an option of another
 // package cannot be followed: the credentials are then unknown.
 func ServerCreds(opts []grpc.ServerOption) (credentials.TransportCredentials, error) {
+	s, err := applyAll(opts)
+	if s == nil || err != nil {
+		return nil, err
+	}
+	return s.creds()
+}
+
+// applyAll applies opts in order to an empty gRPC option struct; nil
+// without an option that sets anything.
+func applyAll(opts []grpc.ServerOption) (*settings, error) {
 	var s *settings
 	for _, o := range opts {
 		var err error
@@ -85,10 +95,7 @@ func ServerCreds(opts []grpc.ServerOption) (credentials.TransportCredentials, er
 			return nil, err
 		}
 	}
-	if s == nil {
-		return nil, nil
-	}
-	return s.creds()
+	return s, nil
 }
 
 // HasUnknownServiceHandler reports whether opts set
@@ -97,15 +104,9 @@ func ServerCreds(opts []grpc.ServerOption) (credentials.TransportCredentials, er
 // registered service has before any interceptor runs; with one, the RPC
 // goes through the stream interceptors to it.
 func HasUnknownServiceHandler(opts []grpc.ServerOption) (bool, error) {
-	var s *settings
-	for _, o := range opts {
-		var err error
-		if s, err = apply(s, reflect.ValueOf(o), 0); err != nil {
-			return false, err
-		}
-	}
-	if s == nil {
-		return false, nil
+	s, err := applyAll(opts)
+	if s == nil || err != nil {
+		return false, err
 	}
 	f := s.v.Elem().FieldByName("unknownStreamDesc")
 	if !f.IsValid() || f.Type() != reflect.TypeFor[*grpc.StreamDesc]() {
