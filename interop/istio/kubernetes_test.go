@@ -29,7 +29,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/proxyless-grpc/xds"
-	"github.com/proxyless-grpc/xds/internal/testutils/testcerts"
 )
 
 // manifestsDir holds the Kubernetes manifests of the greeter that
@@ -535,10 +534,10 @@ func TestKubernetesManifests(t *testing.T) {
 		t.Fatalf("the AuthorizationPolicy allows %q, not a method of the greeter's grpc.testing.TestService the test calls", path)
 	}
 	allowedID := "spiffe://" + principal
-	allowedCert := m.ca.Issue(t, testcerts.LeafOptions{URIs: []string{allowedID}}).TLS
+	allowedCert := m.ca.issue(t, allowedID).tls
 	// Same trust domain and namespace, another service account.
 	otherID := allowedID[:strings.LastIndex(allowedID, "/")+1] + "not-" + allowedID[strings.LastIndex(allowedID, "/")+1:]
-	otherCert := m.ca.Issue(t, testcerts.LeafOptions{URIs: []string{otherID}}).TLS
+	otherCert := m.ca.issue(t, otherID).tls
 	served := result{code: codes.OK, clientID: allowedID, security: "mtls", serverID: pod.spiffeID()}
 	if allowed != unaryCall {
 		served.clientID, served.security = "", ""

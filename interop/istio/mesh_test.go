@@ -19,8 +19,6 @@ import (
 	"istio.io/istio/pkg/istio-agent/grpcxds"
 	agentmodel "istio.io/istio/pkg/model"
 	"k8s.io/apimachinery/pkg/runtime"
-
-	"github.com/proxyless-grpc/xds/internal/testutils/testcerts"
 )
 
 // workload is a pod of the tests' mesh: the server under test ("echo") or
@@ -53,10 +51,13 @@ func (w workload) nodeID() string {
 	return fmt.Sprintf("sidecar~%s~%s.%s~%s.svc.cluster.local", w.ip, w.name, w.namespace, w.namespace)
 }
 
+// trustDomain is the mesh's trust domain (istio's default).
+const trustDomain = "cluster.local"
+
 // spiffeID is the identity in the workload's certificate, as istio's CA
 // issues it.
 func (w workload) spiffeID() string {
-	return fmt.Sprintf("spiffe://cluster.local/ns/%s/sa/%s", w.namespace, w.serviceAccount)
+	return fmt.Sprintf("spiffe://%s/ns/%s/sa/%s", trustDomain, w.namespace, w.serviceAccount)
 }
 
 // meshSpec is what a test declares to istiod.
@@ -85,8 +86,8 @@ type mesh struct {
 	ds *xdsfake.FakeDiscoveryServer
 	// xdsAddr is istiod's ADS address (plaintext gRPC, on loopback).
 	xdsAddr string
-	// ca is the mesh CA: it issues every workload's certificate.
-	ca *testcerts.CA
+	// ca is istiod's CA: it issues every workload's certificate.
+	ca *meshCA
 	// echoLis is the echo server's listener, opened before istiod starts
 	// because the pod's port must be in the Kubernetes objects.
 	echoLis net.Listener
@@ -127,7 +128,7 @@ func newMesh(t *testing.T, spec meshSpec) *mesh {
 		opts.KubernetesObjectString = kubeObjects(t, spec.echoLabels, port)
 	}
 	ds := xdsfake.NewFakeDiscoveryServer(t, opts)
-	return &mesh{ds: ds, xdsAddr: ds.Listener.Addr().String(), ca: testcerts.NewCA(t, "cluster.local"), echoLis: lis, server: server}
+	return &mesh{ds: ds, xdsAddr: ds.Listener.Addr().String(), ca: newMeshCA(t, ds.KubeClient()), echoLis: lis, server: server}
 }
 
 // kubeTemplate is the cluster's Kubernetes objects: three namespaces, a pod
@@ -295,22 +296,20 @@ func parseConfigs(t *testing.T, yamlDocs string) []config.Config {
 	return cfgs
 }
 
-// workloadCerts writes w's certificate, key and the mesh's root, issued by
-// the mesh CA with w's SPIFFE ID as the only SAN as istio's CA does, into a
-// new directory under the names istio-agent uses, and returns the
-// directory.
+// workloadCerts writes w's certificate chain and key, issued by istiod's CA
+// for w's SPIFFE ID, and the CA's root, into a new directory under the
+// names istio-agent uses, and returns the directory.
 func (m *mesh) workloadCerts(t *testing.T, w workload) string {
 	t.Helper()
-	leaf := m.ca.Issue(t, testcerts.LeafOptions{URIs: []string{w.spiffeID()}})
-	return writeCertDir(t, leaf, m.ca.PEM)
+	return writeCertDir(t, m.ca.issue(t, w.spiffeID()), m.ca.rootPEM)
 }
 
-// writeCertDir writes leaf and roots as cert-chain.pem, key.pem and
+// writeCertDir writes cert and roots as cert-chain.pem, key.pem and
 // root-cert.pem into a new directory.
-func writeCertDir(t *testing.T, leaf *testcerts.Leaf, roots []byte) string {
+func writeCertDir(t *testing.T, cert *workloadCert, roots []byte) string {
 	t.Helper()
 	dir := t.TempDir()
-	for name, data := range map[string][]byte{"cert-chain.pem": leaf.CertPEM, "key.pem": leaf.KeyPEM, "root-cert.pem": roots} {
+	for name, data := range map[string][]byte{"cert-chain.pem": cert.chainPEM, "key.pem": cert.keyPEM, "root-cert.pem": roots} {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
 			t.Fatal(err)
 		}

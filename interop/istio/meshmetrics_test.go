@@ -2,6 +2,7 @@ package istio
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -15,8 +16,12 @@ import (
 	"github.com/prometheus/common/model"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	agentmodel "istio.io/istio/pkg/model"
@@ -72,6 +77,9 @@ func sidecarHeader(t *testing.T, m *mesh, w workload) string {
 // over the mesh's mTLS, sends the header its sidecar would. /metrics,
 // parsed with Prometheus' parser, has the reporter="destination" series
 // Kiali's graph draws an edge from: every label it requires, none unknown.
+// Both workloads' certificates are istiod's CA's: the test checks the chains
+// the two peers presented on the connection against that CA's root, so the
+// principals in the series are identities istio's CA issued.
 func TestMeshMetricsKiali(t *testing.T) {
 	m := newMesh(t, meshSpec{config: mtlsMesh})
 	m.nodeMeta = podMeta
@@ -82,13 +90,45 @@ func TestMeshMetricsKiali(t *testing.T) {
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 	t.Cleanup(func() { mp.Shutdown(context.Background()) })
-	m.startEcho(t, xds.MeterProvider(mp), xds.MeshMetrics())
+	// The certificate chain the client presented, as the server's
+	// handlers see it.
+	clientChain := make(chan []*x509.Certificate, 1)
+	m.startEcho(t, xds.MeterProvider(mp), xds.MeshMetrics(), grpc.ChainUnaryInterceptor(
+		func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			var chain []*x509.Certificate
+			if p, ok := peer.FromContext(ctx); ok {
+				if info, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+					chain = info.State.PeerCertificates
+				}
+			}
+			select {
+			case clientChain <- chain:
+			default:
+			}
+			return handler(ctx, req)
+		}))
 
 	cc := m.xdsClient(t, clientPod)
 	ctx := metadata.AppendToOutgoingContext(testContext(t), "x-envoy-peer-metadata", sidecarHeader(t, m, clientPod),
 		"x-envoy-peer-metadata-id", clientPod.nodeID())
-	if r, err := call(ctx, cc, unaryCall); r.code != codes.OK {
-		t.Fatalf("UnaryCall from the client workload: %v (%v)", r, err)
+	var server peer.Peer
+	if _, err := testgrpc.NewTestServiceClient(cc).UnaryCall(ctx, &testpb.SimpleRequest{}, grpc.Peer(&server)); err != nil {
+		t.Fatalf("UnaryCall from the client workload: %v", err)
+	}
+	// The principals below come from these certificates: both issued by
+	// istio's CA, each naming only its workload's SPIFFE ID.
+	select {
+	case chain := <-clientChain:
+		if err := verifyChain(chain, m.ca.pool, clientPod.spiffeID(), x509.ExtKeyUsageClientAuth); err != nil {
+			t.Errorf("the client's certificate, as the server received it, against istio's CA root: %v", err)
+		}
+	default:
+		t.Fatal("the server's interceptor did not see the UnaryCall")
+	}
+	if info, ok := server.AuthInfo.(credentials.TLSInfo); !ok {
+		t.Errorf("the client's connection is not TLS: %T", server.AuthInfo)
+	} else if err := verifyChain(info.State.PeerCertificates, m.ca.pool, echoPod.spiffeID(), x509.ExtKeyUsageServerAuth); err != nil {
+		t.Errorf("the server's certificate, as the client received it, against istio's CA root: %v", err)
 	}
 
 	want := map[string]string{

@@ -166,7 +166,7 @@ func TestPeerAuthentication(t *testing.T) {
 		t.Run(test.desc, func(t *testing.T) {
 			m := newMesh(t, test.spec)
 			es := m.startEcho(t)
-			clientCert := m.ca.Issue(t, testcerts.LeafOptions{URIs: []string{clientPod.spiffeID()}}).TLS
+			clientCert := m.ca.issue(t, clientPod.spiffeID()).tls
 			foreign := testcerts.NewCA(t, "not the mesh CA").Issue(t, testcerts.LeafOptions{URIs: []string{clientPod.spiffeID()}}).TLS
 			clients := []struct {
 				name string

@@ -272,35 +272,13 @@ func (m *mesh) directTLS(t *testing.T, es *echoServer, cert *tls.Certificate) *g
 		// chain and the SPIFFE ID instead.
 		InsecureSkipVerify: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			return verifyWorkload(cs, m.ca.Pool, m.server.spiffeID())
+			return verifyChain(cs.PeerCertificates, m.ca.pool, m.server.spiffeID(), x509.ExtKeyUsageServerAuth)
 		},
 	}
 	if cert != nil {
 		cfg.Certificates = []tls.Certificate{*cert}
 	}
 	return dial(t, "passthrough:///"+es.addr, credentials.NewTLS(cfg))
-}
-
-// verifyWorkload checks that the peer's certificate chains to roots and
-// names the workload id.
-func verifyWorkload(cs tls.ConnectionState, roots *x509.CertPool, id string) error {
-	if len(cs.PeerCertificates) == 0 {
-		return errors.New("no server certificate")
-	}
-	inter := x509.NewCertPool()
-	for _, c := range cs.PeerCertificates[1:] {
-		inter.AddCert(c)
-	}
-	leaf := cs.PeerCertificates[0]
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-		return err
-	}
-	for _, u := range leaf.URIs {
-		if u.String() == id {
-			return nil
-		}
-	}
-	return fmt.Errorf("server certificate names %v, want %s", leaf.URIs, id)
 }
 
 func dial(t *testing.T, target string, creds credentials.TransportCredentials, opts ...grpc.DialOption) *grpc.ClientConn {
