@@ -27,8 +27,7 @@ func unaryRPC(t testing.TB, mp metric.MeterProvider) func() {
 	if len(opts) != 2 {
 		t.Fatalf("%d server options, want the two interceptors", len(opts))
 	}
-	h := &handler{r: r}
-	h.entries.Store(&map[entryKey]*entry{})
+	h := &handler{r: r, entries: make(map[entryKey]*entry)}
 	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5000}})
 	ctx = metadata.NewIncomingContext(ctx, metadata.MD{":authority": {"greeter.server-ns.svc.cluster.local:50051"}})
 	req, resp := wrapperspb.String("world"), wrapperspb.String("Hello, world")

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"net"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -240,24 +241,36 @@ func DecodePeer(v string) (w Workload, ok bool) {
 // SpiffeID returns the first spiffe:// URI SAN of cert, its namespace (the
 // path's "ns" segment, Istio's form spiffe://td/ns/NS/sa/SA), or "", "".
 func SpiffeID(cert *x509.Certificate) (id, namespace string) {
-	if cert == nil {
-		return "", ""
-	}
-	for _, u := range cert.URIs {
-		if u.Scheme != "spiffe" {
-			continue
-		}
-		id = u.String()
-		segs := strings.Split(strings.Trim(u.Path, "/"), "/")
-		for i := 0; i+1 < len(segs); i += 2 {
-			if segs[i] == "ns" {
-				namespace = segs[i+1]
-				break
-			}
-		}
-		return id, namespace
+	if u := spiffeURI(cert); u != nil {
+		return spiffeIDOf(u)
 	}
 	return "", ""
+}
+
+// spiffeURI returns the first spiffe:// URI SAN of cert; nil if none.
+func spiffeURI(cert *x509.Certificate) *url.URL {
+	if cert == nil {
+		return nil
+	}
+	for _, u := range cert.URIs {
+		if u.Scheme == "spiffe" {
+			return u
+		}
+	}
+	return nil
+}
+
+// spiffeIDOf returns the SPIFFE ID u and the namespace it names (the
+// segment after "ns"), if any.
+func spiffeIDOf(u *url.URL) (id, namespace string) {
+	id = u.String()
+	segs := strings.Split(strings.Trim(u.Path, "/"), "/")
+	for i := 0; i+1 < len(segs); i += 2 {
+		if segs[i] == "ns" {
+			return id, segs[i+1]
+		}
+	}
+	return id, ""
 }
 
 // principal is the value of a principal label: the SPIFFE ID, as Istio

@@ -8,14 +8,15 @@
 // the header with its own.
 //
 // Cost: the label sets of a filter chain are built once per :authority,
-// peer header and client certificate (a handful per connection), then once
-// per gRPC status code; a unary RPC allocates nothing of its own, a
+// peer header and client identity (a handful per client workload), then
+// once per gRPC status code; a unary RPC allocates nothing of its own, a
 // streaming one its counting wrapper, and the metrics SDK what it needs.
 package meshmetrics
 
 import (
 	"context"
 	"crypto/x509"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -210,8 +211,7 @@ func (r *Recorder) ServerOptions(localCert func() *x509.Certificate) (opts []grp
 	if r == nil {
 		return nil, nil
 	}
-	h := &handler{r: r, localCert: localCert}
-	h.entries.Store(&map[entryKey]*entry{})
+	h := &handler{r: r, localCert: localCert, entries: make(map[entryKey]*entry)}
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(h.unary),
 		grpc.ChainStreamInterceptor(h.stream),
@@ -223,25 +223,25 @@ type handler struct {
 	r         *Recorder
 	localCert func() *x509.Certificate
 
-	// entries is copy on write: RPCs read it without a lock; a new
-	// :authority, header or client certificate copies it under mu. At
-	// maxEntries it starts again empty, which bounds the certificates it
-	// keeps alive; the series are the recorder's, and survive that.
-	entries atomic.Pointer[map[entryKey]*entry]
-	mu      sync.Mutex
+	// entries are the label sets built so far. At maxEntries they start
+	// again empty (the header and :authority are the client's to choose);
+	// the series are the recorder's, and survive that.
+	mu      sync.RWMutex
+	entries map[entryKey]*entry // guarded by mu
 }
 
 // maxEntries bounds a chain's cached label sets.
-const maxEntries = 1024
+const maxEntries = 4096
 
 // entryKey is what the labels of an RPC depend on, besides its status: its
-// :authority, the peer metadata header, and the client's certificate (its
-// connection's; nil without mutual TLS). The certificate's pointer is the
-// same for every RPC of a connection.
+// :authority, the peer metadata header, and its connection's security: TLS
+// or not, a client certificate or not, and that certificate's SPIFFE ID as
+// the host and path of its URI (read without allocating). Connections of
+// one client workload share their key.
 type entryKey struct {
-	authority, header string
-	peer              *x509.Certificate
-	tls               bool
+	authority, header  string
+	peerHost, peerPath string
+	tls, mtls          bool
 }
 
 // entry is the label sets of RPCs with one entryKey.
@@ -291,7 +291,10 @@ func keyOf(ctx context.Context, authority, hdr string) entryKey {
 		if info, ok := p.AuthInfo.(credentials.TLSInfo); ok {
 			k.tls = true
 			if certs := info.State.PeerCertificates; len(certs) > 0 {
-				k.peer = certs[0]
+				k.mtls = true
+				if u := spiffeURI(certs[0]); u != nil {
+					k.peerHost, k.peerPath = u.Host, u.Path
+				}
 			}
 		}
 	}
@@ -300,33 +303,31 @@ func keyOf(ctx context.Context, authority, hdr string) entryKey {
 
 // lookup returns the label sets of RPCs with key k, built on first use.
 func (h *handler) lookup(k entryKey) *entry {
-	if e, ok := (*h.entries.Load())[k]; ok {
+	h.mu.RLock()
+	e, ok := h.entries[k]
+	h.mu.RUnlock()
+	if ok {
 		return e
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	old := *h.entries.Load()
-	if e, ok := old[k]; ok {
-		return e
-	}
-	// The connection's identities: the client's certificate (mutual TLS)
-	// and the server's own.
+	// The client's identity, and the server's own: read when a label set
+	// is first built.
 	var peerID, peerNS, localID string
-	if k.peer != nil {
-		peerID, peerNS = SpiffeID(k.peer)
+	if k.peerHost != "" || k.peerPath != "" {
+		peerID, peerNS = spiffeIDOf(&url.URL{Scheme: "spiffe", Host: k.peerHost, Path: k.peerPath})
 	}
 	if k.tls && h.localCert != nil {
 		localID, _ = SpiffeID(h.localCert())
 	}
-	e := &entry{base: baseAttrs(h.r.local, localID, source(k.header, peerID, peerNS), peerID, k.peer != nil, k.authority)}
-	next := make(map[entryKey]*entry, len(old)+1)
-	if len(old) < maxEntries {
-		for k, v := range old {
-			next[k] = v
-		}
+	e = &entry{base: baseAttrs(h.r.local, localID, source(k.header, peerID, peerNS), peerID, k.mtls, k.authority)}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if old, ok := h.entries[k]; ok {
+		return old
 	}
-	next[k] = e
-	h.entries.Store(&next)
+	if len(h.entries) >= maxEntries {
+		clear(h.entries)
+	}
+	h.entries[k] = e
 	return e
 }
 

@@ -1,15 +1,19 @@
 package meshmetrics
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/base64"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric/noop"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -221,5 +225,56 @@ func TestMaxSeries(t *testing.T) {
 	// A label set already known keeps its series.
 	if o := newCodeOpts(r, append(base[:len(base):len(base)], attribute.Int("i", 3)), 0); o == r.overflow {
 		t.Error("a known label set went to the overflow series")
+	}
+}
+
+// Label sets are cached per client workload, not per connection: two
+// connections whose certificates name one SPIFFE ID share theirs, so that
+// a server with many connections keeps a few; and the cache is bounded
+// whatever headers clients send.
+func TestLabelCache(t *testing.T) {
+	r, err := New(noop.NewMeterProvider(), "n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &handler{r: r, entries: make(map[entryKey]*entry)}
+	certOf := func(id string) *x509.Certificate {
+		u, err := url.Parse(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &x509.Certificate{URIs: []*url.URL{u}}
+	}
+	connCtx := func(cert *x509.Certificate) context.Context {
+		info := credentials.TLSInfo{}
+		if cert != nil {
+			info.State.PeerCertificates = []*x509.Certificate{cert}
+		}
+		return peer.NewContext(context.Background(), &peer.Peer{AuthInfo: info})
+	}
+	const sleep = "spiffe://td/ns/client-ns/sa/sleep"
+	a := h.lookup(keyOf(connCtx(certOf(sleep)), "svc", ""))
+	b := h.lookup(keyOf(connCtx(certOf(sleep)), "svc", ""))
+	if a != b {
+		t.Error("two connections of one workload got label sets of their own")
+	}
+	other := h.lookup(keyOf(connCtx(certOf("spiffe://td/ns/other/sa/x")), "svc", ""))
+	noCert := h.lookup(keyOf(connCtx(nil), "svc", ""))
+	plain := h.lookup(keyOf(context.Background(), "svc", ""))
+	if other == a || noCert == a || plain == a || noCert == plain {
+		t.Error("different identities or security share a label set")
+	}
+	set := attribute.NewSet(a.base...)
+	if v, _ := set.Value(LabelSourcePrincipal); v.AsString() != sleep {
+		t.Errorf("source_principal = %q, want %q", v.AsString(), sleep)
+	}
+	if v, _ := set.Value(LabelConnectionSecurityPolicy); v.AsString() != "mutual_tls" {
+		t.Errorf("connection_security_policy = %q, want mutual_tls", v.AsString())
+	}
+	for i := range maxEntries + 10 {
+		h.lookup(keyOf(context.Background(), "svc", strconv.Itoa(i)))
+	}
+	if n := len(h.entries); n > maxEntries {
+		t.Errorf("%d cached label sets, want at most %d", n, maxEntries)
 	}
 }
