@@ -102,12 +102,7 @@ func NewLocal(nodeID string, md *structpb.Struct) *Local {
 		}
 		return ""
 	}
-	labels := map[string]string{}
-	for k, v := range f["LABELS"].GetStructValue().GetFields() {
-		if s, ok := v.GetKind().(*structpb.Value_StringValue); ok {
-			labels[k] = s.StringValue
-		}
-	}
+	labels := podLabels(f)
 	w := workloadOf(str("WORKLOAD_NAME"), str("NAMESPACE"), str("CLUSTER_ID"), labels)
 	l := &Local{Workload: w, NodeID: nodeID}
 
@@ -169,6 +164,18 @@ const padKey = "x-pad"
 // Reply returns the value of the server's x-envoy-peer-metadata answer.
 func (l *Local) Reply() string { return l.reply }
 
+// podLabels returns the string values of the LABELS struct of Istio's
+// node metadata keys f (the pod's labels).
+func podLabels(f map[string]*structpb.Value) map[string]string {
+	labels := map[string]string{}
+	for k, v := range f["LABELS"].GetStructValue().GetFields() {
+		if s, ok := v.GetKind().(*structpb.Value_StringValue); ok {
+			labels[k] = s.StringValue
+		}
+	}
+	return labels
+}
+
 // workloadOf applies Istio's rules for app, version and canonical service
 // and revision to a workload's labels.
 func workloadOf(name, namespace, cluster string, labels map[string]string) Workload {
@@ -218,13 +225,7 @@ func DecodePeer(v string) (w Workload, ok bool) {
 		return ""
 	}
 	if _, istio := f["NAMESPACE"]; istio || f["WORKLOAD_NAME"] != nil || f["LABELS"] != nil {
-		labels := map[string]string{}
-		for k, v := range f["LABELS"].GetStructValue().GetFields() {
-			if s, ok := v.GetKind().(*structpb.Value_StringValue); ok {
-				labels[k] = s.StringValue
-			}
-		}
-		return workloadOf(str("WORKLOAD_NAME"), str("NAMESPACE"), str("CLUSTER_ID"), labels), true
+		return workloadOf(str("WORKLOAD_NAME"), str("NAMESPACE"), str("CLUSTER_ID"), podLabels(f)), true
 	}
 	if f["type"] != nil || f["canonical_service"] != nil {
 		// grpc-go's CSM plugin: no app or version labels.
