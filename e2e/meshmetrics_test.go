@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"crypto/tls"
-	"encoding/base64"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -21,8 +20,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 
@@ -48,22 +45,13 @@ var pilotAgentMetadata = map[string]any{
 // sends it (istio/proxy metadata exchange): padded base64 of a
 // deterministically serialized Struct with Istio's keys.
 func envoyPeerHeader(t *testing.T) string {
-	t.Helper()
-	s, err := structpb.NewStruct(map[string]any{
+	return testutils.PeerMetadata(t, map[string]any{
 		"NAME": "sleep-5d8c-xyz", "NAMESPACE": "client-ns", "WORKLOAD_NAME": "sleep", "CLUSTER_ID": "Kubernetes",
 		"IDENTITY": "spiffe://a.test/ns/client-ns/sa/sleep", "OWNER": "kubernetes://apis/apps/v1/namespaces/client-ns/deployments/sleep",
 		"REGION": "r1", "AVAILABILITY_ZONE": "z1",
 		"LABELS": map[string]any{"app": "sleep", "version": "v1", "service.istio.io/canonical-name": "sleep",
 			"service.istio.io/canonical-revision": "v1"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return base64.StdEncoding.EncodeToString(b)
+	}, true)
 }
 
 // wireBytes is a client's stats handler that counts the bytes of the

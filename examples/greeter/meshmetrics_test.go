@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"math"
 	"slices"
@@ -17,8 +16,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/proxyless-grpc/xds/internal/meshmetrics"
 	"github.com/proxyless-grpc/xds/internal/testutils"
@@ -57,21 +54,12 @@ var kialiRequired = []string{
 // sidecarHeader is x-envoy-peer-metadata as an Envoy sidecar sends it:
 // padded base64 of a deterministically serialized Struct, Istio's keys.
 func sidecarHeader(t *testing.T) string {
-	t.Helper()
-	s, err := structpb.NewStruct(map[string]any{
+	return testutils.PeerMetadata(t, map[string]any{
 		"NAME": "sleep-5d8c-xyz", "NAMESPACE": "client-ns", "WORKLOAD_NAME": "sleep", "CLUSTER_ID": "Kubernetes",
 		"OWNER": "kubernetes://apis/apps/v1/namespaces/client-ns/deployments/sleep",
 		"LABELS": map[string]any{"app": "sleep", "version": "v1", "service.istio.io/canonical-name": "sleep",
 			"service.istio.io/canonical-revision": "v1"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return base64.StdEncoding.EncodeToString(b)
+	}, true)
 }
 
 // scrape parses the greeter's /metrics with Prometheus' parser.

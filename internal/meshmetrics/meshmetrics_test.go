@@ -34,15 +34,7 @@ func mustStruct(t testing.TB, m map[string]any) *structpb.Struct {
 // encode serializes m as a header value: deterministically, in padded
 // (Envoy) or unpadded (grpc-go CSM plugin) base64.
 func encode(t *testing.T, m map[string]any, padded bool) string {
-	t.Helper()
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(mustStruct(t, m))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if padded {
-		return base64.StdEncoding.EncodeToString(b)
-	}
-	return base64.RawStdEncoding.EncodeToString(b)
+	return testutils.PeerMetadata(t, m, padded)
 }
 
 // istioNode is node metadata as pilot-agent writes it (and an Envoy

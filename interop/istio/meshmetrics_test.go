@@ -3,7 +3,6 @@ package istio
 import (
 	"context"
 	"crypto/x509"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
@@ -22,8 +21,6 @@ import (
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/structpb"
 	agentmodel "istio.io/istio/pkg/model"
 
 	"github.com/proxyless-grpc/xds"
@@ -60,15 +57,7 @@ func sidecarHeader(t *testing.T, m *mesh, w workload) string {
 			exchanged[k] = v
 		}
 	}
-	s, err := structpb.NewStruct(exchanged)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return base64.StdEncoding.EncodeToString(b)
+	return testutils.PeerMetadata(t, exchanged, true)
 }
 
 // TestMeshMetricsKiali: the echo server, its bootstrap from istio-agent's
