@@ -38,17 +38,15 @@ func DeferredOf(ctx context.Context) *Deferred {
 // (RunAfter); the first error ends it. since must be head or one of its
 // predecessors (nil: all of head's chain).
 func RunSince(ctx context.Context, head, since *Deferred) (context.Context, error) {
-	var todo []Work
-	for d := head; d != since && d != nil; d = d.Prev {
-		todo = append(todo, d.Work)
+	if head == since || head == nil {
+		return ctx, nil
 	}
-	for i := len(todo) - 1; i >= 0; i-- {
-		var err error
-		if ctx, err = RunAfter(ctx, todo[i]); err != nil {
-			return ctx, err
-		}
+	// The older work first; a chain is as long as the steps that left work.
+	ctx, err := RunSince(ctx, head.Prev, since)
+	if err != nil {
+		return ctx, err
 	}
-	return ctx, nil
+	return RunAfter(ctx, head.Work)
 }
 
 var (
