@@ -47,6 +47,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/proxyless-grpc/xds/csds"
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 )
 
@@ -617,10 +618,7 @@ func TestBadInputMatrix(t *testing.T) {
 	if err := csds.Register(admin); err != nil {
 		t.Fatal(err)
 	}
-	adminLis, _ := listen(t, "127.0.0.1")
-	go admin.Serve(adminLis)
-	t.Cleanup(admin.Stop)
-	acc, err := grpc.NewClient("passthrough:///"+adminLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	acc, err := grpc.NewClient("passthrough:///"+testutils.ServeGRPC(t, admin).String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
