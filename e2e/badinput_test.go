@@ -47,6 +47,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/proxyless-grpc/xds/csds"
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 )
 
@@ -143,11 +144,6 @@ func withGlobalRL(f func(c *globalrlpb.RateLimit)) mutFn {
 		f(c)
 		h.HttpFilters = append([]*hcmpb.HttpFilter{{Name: "rl", ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: anyOf(t, c)}}}, h.HttpFilters...)
 	})
-}
-
-// genericAction is a valid generic_key rate limit action.
-func genericAction() *routepb.RateLimit_Action {
-	return &routepb.RateLimit_Action{ActionSpecifier: &routepb.RateLimit_Action_GenericKey_{GenericKey: &routepb.RateLimit_Action_GenericKey{DescriptorValue: "v"}}}
 }
 
 // withRBAC puts an RBAC filter with cfg before the router.
@@ -363,20 +359,20 @@ func badInputCases() []badCase {
 			c.RateLimits = []*routepb.RateLimit{{}}
 		}), want: []string{"rl", "rate_limits[0].actions: empty"}},
 		{name: "ratelimit descriptor extension", mutate: withGlobalRL(func(c *globalrlpb.RateLimit) {
-			c.RateLimits = []*routepb.RateLimit{{Actions: []*routepb.RateLimit_Action{genericAction(), {ActionSpecifier: &routepb.RateLimit_Action_Extension{Extension: &corepb.TypedExtensionConfig{Name: "custom"}}}}}}
+			c.RateLimits = []*routepb.RateLimit{rlOf(rlGeneric("v"), &routepb.RateLimit_Action{ActionSpecifier: &routepb.RateLimit_Action_Extension{Extension: &corepb.TypedExtensionConfig{Name: "custom"}}})}
 		}), want: []string{"rl", "rate_limits[0].actions[1].extension", "custom"}},
 		{name: "ratelimit apply_on_stream_done", mutate: withGlobalRL(func(c *globalrlpb.RateLimit) {
-			c.RateLimits = []*routepb.RateLimit{{Actions: []*routepb.RateLimit_Action{genericAction()}, ApplyOnStreamDone: true}}
+			c.RateLimits = []*routepb.RateLimit{{Actions: []*routepb.RateLimit_Action{rlGeneric("v")}, ApplyOnStreamDone: true}}
 		}), want: []string{"rl", "rate_limits[0].apply_on_stream_done", "not supported"}},
 		{name: "ratelimit per-route empty request_headers descriptor_key", mutate: withRoute(func(r *routepb.Route) {
-			a, err := anypb.New(&globalrlpb.RateLimitPerRoute{RateLimits: []*routepb.RateLimit{{Actions: []*routepb.RateLimit_Action{{ActionSpecifier: &routepb.RateLimit_Action_RequestHeaders_{RequestHeaders: &routepb.RateLimit_Action_RequestHeaders{HeaderName: "x-tenant"}}}}}}})
+			a, err := anypb.New(&globalrlpb.RateLimitPerRoute{RateLimits: []*routepb.RateLimit{rlOf(rlHeader("x-tenant", ""))}})
 			if err != nil {
 				panic(err)
 			}
 			r.TypedPerFilterConfig = map[string]*anypb.Any{"rl": a}
 		}), want: []string{"typed_per_filter_config", "rate_limits[0].actions[0].request_headers.descriptor_key: empty"}},
 		{name: "virtual host rate_limits bad masked_remote_address", mutate: withRoutes(func(_ *testing.T, rc *routepb.RouteConfiguration) {
-			rc.VirtualHosts[0].RateLimits = []*routepb.RateLimit{{Actions: []*routepb.RateLimit_Action{{ActionSpecifier: &routepb.RateLimit_Action_MaskedRemoteAddress_{MaskedRemoteAddress: &routepb.RateLimit_Action_MaskedRemoteAddress{V6PrefixMaskLen: wrapperspb.UInt32(129)}}}}}}
+			rc.VirtualHosts[0].RateLimits = []*routepb.RateLimit{rlOf(&routepb.RateLimit_Action{ActionSpecifier: &routepb.RateLimit_Action_MaskedRemoteAddress_{MaskedRemoteAddress: &routepb.RateLimit_Action_MaskedRemoteAddress{V6PrefixMaskLen: wrapperspb.UInt32(129)}}})}
 		}), want: []string{"virtual_hosts[0].rate_limits[0].actions[0].masked_remote_address.v6_prefix_mask_len"}},
 		{name: "duplicate http filter names", mutate: withRBAC(allowMethods(methodEmpty)).then(withRBAC(allowMethods(methodEmpty))), want: []string{"http_filters", rbacFilterName}},
 		{name: "http filter without config", mutate: withHCM(func(_ *testing.T, h *hcmpb.HttpConnectionManager) {
@@ -550,7 +546,7 @@ func badInputCases() []badCase {
 			rc.VirtualHosts[0].TypedPerFilterConfig = map[string]*anypb.Any{"some-filter": a}
 		}, want: []string{"typed_per_filter_config", "google.protobuf.Empty"}},
 		{name: "rds virtual host rate_limits header_value_match without headers", route: func(rc *routepb.RouteConfiguration) {
-			rc.VirtualHosts[0].RateLimits = []*routepb.RateLimit{{Actions: []*routepb.RateLimit_Action{{ActionSpecifier: &routepb.RateLimit_Action_HeaderValueMatch_{HeaderValueMatch: &routepb.RateLimit_Action_HeaderValueMatch{DescriptorValue: "v"}}}}}}
+			rc.VirtualHosts[0].RateLimits = []*routepb.RateLimit{rlOf(&routepb.RateLimit_Action{ActionSpecifier: &routepb.RateLimit_Action_HeaderValueMatch_{HeaderValueMatch: &routepb.RateLimit_Action_HeaderValueMatch{DescriptorValue: "v"}}})}
 		}, want: []string{"rate_limits[0].actions[0].header_value_match.headers"}},
 		// --- wrong types, garbage and truncated bytes ---
 		{name: "RouteConfiguration under the Listener type URL", raw: func(_ *testing.T, good *listenerpb.Listener) proto.Message {
@@ -617,10 +613,7 @@ func TestBadInputMatrix(t *testing.T) {
 	if err := csds.Register(admin); err != nil {
 		t.Fatal(err)
 	}
-	adminLis, _ := listen(t, "127.0.0.1")
-	go admin.Serve(adminLis)
-	t.Cleanup(admin.Stop)
-	acc, err := grpc.NewClient("passthrough:///"+adminLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	acc, err := grpc.NewClient("passthrough:///"+testutils.ServeGRPC(t, admin).String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

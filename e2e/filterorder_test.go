@@ -172,7 +172,7 @@ func TestFilterOrder_PublicFilter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return &hcmpb.HttpFilter{Name: url, ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: anyOf(t, &xdstypepb.TypedStruct{TypeUrl: url, Value: s})}}
+		return httpFilter(t, url, &xdstypepb.TypedStruct{TypeUrl: url, Value: s})
 	}
 	filters := []*hcmpb.HttpFilter{typed(gateURL, nil), typed(requireHeaderURL, map[string]any{"header": "x-token"})}
 	_, addr := startServing(ctx, t, env, func(addr net.Addr) *listenerpb.Listener {

@@ -73,6 +73,10 @@ type Table struct {
 // once. The slice must not be modified.
 func (t *Table) Ignored() []string { return t.ignored }
 
+// EnvKey returns the Filters.EnvKey the table was compiled under: the
+// same bytes compiled under another key may configure the server otherwise.
+func (t *Table) EnvKey() string { return t.envKey }
+
 // Address returns the Listener's socket address, with an IPv4-mapped IPv6
 // address turned into IPv4.
 func (t *Table) Address() netip.AddrPort { return t.address }

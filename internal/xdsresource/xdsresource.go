@@ -54,10 +54,6 @@ type Listener struct {
 	Table *filterchain.Table
 	// raw is the resource as received, for Equal.
 	raw *anypb.Any
-	// trust is the Key of the grpcservice.Env it was decoded under: the
-	// same bytes from a server of another trust may configure the server
-	// otherwise (gRFC A102).
-	trust string
 }
 
 // Raw returns the resource exactly as received. It must not be modified.
@@ -67,7 +63,8 @@ func (l *Listener) Raw() *anypb.Any { return l.raw }
 // identical re-send reaches no watcher.
 //
 // Two Listeners are equal when their bytes are and they came from servers
-// of the same trust (gRFC A102), or when they compile to tables that serve
+// of the same trust (gRFC A102: the Key of the grpcservice.Env their tables
+// were compiled under, Table.EnvKey), or when they compile to tables that serve
 // every connection the same way (filterchain.Table.Equal, which compares
 // chain content digests; the digest of a chain whose filters depend on the
 // trust includes it): a control plane that re-sends an unchanged Listener
@@ -77,7 +74,7 @@ func (l *Listener) Raw() *anypb.Any { return l.raw }
 // of trust changes a chain.
 func (l *Listener) Equal(o xdsclient.ResourceData) bool {
 	ol, ok := o.(*Listener)
-	return ok && (l.trust == ol.trust && bytes.Equal(l.raw.GetValue(), ol.raw.GetValue()) || l.Table.Equal(ol.Table))
+	return ok && (l.Table.EnvKey() == ol.Table.EnvKey() && bytes.Equal(l.raw.GetValue(), ol.raw.GetValue()) || l.Table.Equal(ol.Table))
 }
 
 // RouteConfig is a decoded, validated RouteConfiguration. Immutable.
@@ -138,7 +135,7 @@ func decodeListener(in xdsclient.DecodeInput) (string, xdsclient.ResourceData, e
 	if err != nil {
 		return name, nil, err
 	}
-	return name, &Listener{Name: name, Table: table, raw: in.Resource, trust: env.Key()}, nil
+	return name, &Listener{Name: name, Table: table, raw: in.Resource}, nil
 }
 
 // certProviderInstances lists the bootstrap's certificate provider

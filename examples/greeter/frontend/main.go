@@ -64,9 +64,9 @@ func run(ctx context.Context, target string, creds credentials.TransportCredenti
 	for {
 		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		resp, err := c.UnaryCall(callCtx, &testgrpc.SimpleRequest{Payload: &testgrpc.Payload{Body: []byte("frontend")}})
-		report(out, "UnaryCall", err, func() string { return string(resp.GetPayload().GetBody()) })
+		report(out, "UnaryCall", err, string(resp.GetPayload().GetBody()))
 		_, err = c.EmptyCall(callCtx, &testgrpc.Empty{})
-		report(out, "EmptyCall", err, func() string { return "" })
+		report(out, "EmptyCall", err, "")
 		cancel()
 		select {
 		case <-ctx.Done():
@@ -76,13 +76,13 @@ func run(ctx context.Context, target string, creds credentials.TransportCredenti
 	}
 }
 
-// report writes "<method> <code>: <message>", the message being the
-// answer's when the call succeeded.
-func report(out io.Writer, method string, err error, answer func() string) {
+// report writes "<method> <code>: <message>", the message being answer
+// when the call succeeded.
+func report(out io.Writer, method string, err error, answer string) {
 	st := status.Convert(err)
 	msg := st.Message()
 	if err == nil {
-		msg = answer()
+		msg = answer
 	}
 	fmt.Fprintf(out, "%s %v: %s\n", method, st.Code(), msg)
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"io"
-	"net"
 	"testing"
 	"time"
 
@@ -48,21 +47,16 @@ func (denyEmpty) EmptyCall(context.Context, *testgrpc.Empty) (*testgrpc.Empty, e
 // tells the reader to expect are the ones run prints, against a server that
 // answers as the greeter does behind its AuthorizationPolicy.
 func TestRunPrintsTheWalkthroughLines(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := grpc.NewServer()
 	testgrpc.RegisterTestServiceServer(s, denyEmpty{})
-	go s.Serve(lis)
-	defer s.Stop()
+	addr := testutils.ServeGRPC(t, s)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, "passthrough:///"+lis.Addr().String(), insecure.NewCredentials(), time.Hour, pw)
+		done <- run(ctx, "passthrough:///"+addr.String(), insecure.NewCredentials(), time.Hour, pw)
 		pw.Close()
 	}()
 	sc := bufio.NewScanner(pr)
