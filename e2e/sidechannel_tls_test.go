@@ -7,7 +7,6 @@ package e2e_test
 // their own channel.
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -21,7 +20,6 @@ import (
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 
 	"github.com/proxyless-grpc/xds/internal/testutils"
-	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 	"github.com/proxyless-grpc/xds/internal/testutils/testcerts"
 )
 
@@ -36,23 +34,7 @@ func startTLSAuthzServer(t *testing.T, leaf *testcerts.Leaf) *authzServer {
 // credentials trusting caFile.
 func tlsAuthzEnv(t *testing.T, target, caFile string) *testEnv {
 	t.Helper()
-	return credsAuthzEnv(t, target, fmt.Sprintf(`{"type": "tls", "config": {"ca_certificate_file": %q}}`, caFile))
-}
-
-// credsAuthzEnv is authzEnv with target allowed with the channel
-// credentials creds (one JSON entry of channel_creds).
-func credsAuthzEnv(t *testing.T, target, creds string) *testEnv {
-	t.Helper()
-	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
-	nodeID := "node-" + testutils.RunName(t)
-	return &testEnv{ms: ms, nodeID: nodeID, bootstrap: e2e.Bootstrap(t, e2e.BootstrapOptions{
-		ServerURIs:                         []string{ms.Address},
-		NodeID:                             nodeID,
-		ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
-		AllowedGRPCServices: map[string]json.RawMessage{
-			target: json.RawMessage(`{"channel_creds": [` + creds + `]}`),
-		},
-	})}
+	return authzEnvWith(t, false, fmt.Sprintf(`{"type": "tls", "config": {"ca_certificate_file": %q}}`, caFile), target)
 }
 
 // TestExtAuthz_SideChannelTLSChecksIPSAN: an authorization server addressed
@@ -110,7 +92,7 @@ var gatedCreds = testutils.RegisterGatedCreds("e2e-test-gated")
 func TestExtAuthz_SlowSideChannelCreds(t *testing.T) {
 	ctx := testContext(t)
 	a := startAuthzServer(t)
-	env := credsAuthzEnv(t, a.addr, fmt.Sprintf(`{"type": %q}`, gatedCreds.Name()))
+	env := authzEnvWith(t, false, fmt.Sprintf(`{"type": %q}`, gatedCreds.Name()), a.addr)
 	s := env.newServer(t)
 	authzLis, _ := listen(t, "127.0.0.1")
 	plainLis, _ := listen(t, "127.0.0.1")
