@@ -45,25 +45,17 @@ func tlsAuthzEnv(t *testing.T, target, caFile string) *testEnv {
 func TestExtAuthz_SideChannelTLSChecksIPSAN(t *testing.T) {
 	ca := testcerts.NewCA(t, "authz-ca")
 	caFile := testcerts.WriteFiles(t, t.TempDir(), nil, ca.PEM).CA
-	for _, tc := range []struct {
-		name   string
-		leaf   testcerts.LeafOptions
-		accept bool
-	}{
-		{name: "IP SAN of the target", leaf: testcerts.LeafOptions{CommonName: "authz", IPs: []string{"127.0.0.1"}}, accept: true},
-		{name: "other IP SAN", leaf: testcerts.LeafOptions{CommonName: "authz", IPs: []string{"127.0.0.2"}}},
-		{name: "DNS SAN only", leaf: testcerts.LeafOptions{CommonName: "127.0.0.1", DNSNames: []string{"authz.example.com"}}},
-	} {
-		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+	for _, tc := range testcerts.IPNameChecks("authz") {
+		t.Run(strings.ReplaceAll(tc.Name, " ", "_"), func(t *testing.T) {
 			ctx := testContext(t)
-			a := startTLSAuthzServer(t, ca.Issue(t, tc.leaf))
+			a := startTLSAuthzServer(t, ca.Issue(t, tc.Leaf))
 			env := tlsAuthzEnv(t, a.addr, caFile)
 			cfg := extAuthz(a.addr)
 			cfg.StatusOnError = &typepb.HttpStatus{Code: typepb.StatusCode_ServiceUnavailable}
 			c, rec, _ := startAuthz(ctx, t, env, cfg, allRoutes("routes"))
 			code, msg := statusOf(rpcResult(withCase(ctx, "tls"), c, "EmptyCall"))
 			checks := len(a.taken())
-			if tc.accept {
+			if tc.Accept {
 				if code != codes.OK || checks != 1 || len(rec.ofCase("tls")) != 1 {
 					t.Fatalf("RPC: %v %q, %d checks; want OK after one Check", code, msg, checks)
 				}
