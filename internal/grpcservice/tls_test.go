@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
@@ -20,19 +19,10 @@ import (
 	"github.com/proxyless-grpc/xds/internal/testutils/testcerts"
 )
 
-// startTLSHealthServer starts a gRPC server on 127.0.0.1 with the health
-// service, presenting leaf; it stops when the test ends.
+// startTLSHealthServer is startHealthServer presenting leaf.
 func startTLSHealthServer(t *testing.T, leaf *testcerts.Leaf) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.Creds(credentials.NewServerTLSFromCert(&leaf.TLS)))
-	healthpb.RegisterHealthServer(srv, health.NewServer())
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	return lis.Addr().String()
+	return startHealthServer(t, grpc.Creds(credentials.NewServerTLSFromCert(&leaf.TLS)))
 }
 
 // allowedTLS returns the Env of an untrusted management server whose
