@@ -52,23 +52,14 @@ func (c *check) RunAfterContext(ctx context.Context) (context.Context, error) {
 	// timeout, for its credentials to be built.
 	cc, err := cfg.service.Conn(callCtx)
 	if err != nil {
-		if ctx.Err() != nil {
-			s.count(ctx, outcomeFailed)
-			return ctx, status.FromContextError(ctx.Err()).Err()
-		}
-		return s.failed(ctx, err)
+		return s.unanswered(ctx, err)
 	}
 	if cfg.service.Metadata != nil {
 		callCtx = metadata.NewOutgoingContext(callCtx, cfg.service.Metadata)
 	}
 	resp, err := authpb.NewAuthorizationClient(cc).Check(callCtx, c.request(ctx, md))
 	if err != nil {
-		if ctx.Err() != nil {
-			// The RPC itself was cancelled or ran out of time.
-			s.count(ctx, outcomeFailed)
-			return ctx, status.FromContextError(ctx.Err()).Err()
-		}
-		return s.failed(ctx, fmt.Errorf("Check to %q: %w", cfg.service.Target, err))
+		return s.unanswered(ctx, fmt.Errorf("Check to %q: %w", cfg.service.Target, err))
 	}
 	// What the answer says. A denial is a denial whatever else it holds;
 	// an answer that says nothing, or contradicts itself, is no answer
