@@ -7,6 +7,8 @@ package e2e_test
 // plaintext).
 
 import (
+	"context"
+	"net"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	tlspb "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -33,6 +36,22 @@ type (
 	wrappedOpt struct{ grpc.ServerOption }
 	outerOpt   struct{ *wrappedOpt }
 )
+
+// serveTLSAndPlain serves on s, at a new address on 127.0.0.1, a Listener
+// of two chains: "tls", whose transport_socket is tls, for every source but
+// 127.0.0.2 (the more specific source prefix wins, gRFC A36), and "plain",
+// without transport_socket, for 127.0.0.2.
+func serveTLSAndPlain(ctx context.Context, t *testing.T, env *testEnv, s *testServer, tls *tlspb.DownstreamTlsContext) (net.Addr, *listenerpb.Listener) {
+	t.Helper()
+	lis, _ := listen(t, "127.0.0.1")
+	addr := lis.Addr()
+	plainFrom2 := chainSpec{name: "plain", match: &listenerpb.FilterChainMatch{SourcePrefixRanges: []*corepb.CidrRange{cidr("127.0.0.2/32")}}}
+	l := withTransportSocket(t, testListener(addr, []chainSpec{{name: "tls"}, plainFrom2}, nil), "tls", tls)
+	env.update(ctx, t, []*listenerpb.Listener{l}, nil)
+	s.serveOn(lis)
+	s.modes.wait(ctx, t, addr, connectivity.ServingModeServing)
+	return addr, l
+}
 
 // TestCredsDetect_WrappedGRPCGoXDSCreds: grpc-go's credentials/xds passed
 // inside the program's own option types are recognised: a chain that asks
@@ -58,13 +77,7 @@ func TestCredsDetect_WrappedGRPCGoXDSCreds(t *testing.T) {
 			env := newTLSTestEnv(t, pki, time.Hour)
 			peers := newPeerRecorder()
 			s := env.newServer(t, tc.opt(grpc.Creds(grpcGoXDSCreds(t))), peers.option())
-			lis, _ := listen(t, "127.0.0.1")
-			addr := lis.Addr()
-			plainFrom2 := chainSpec{name: "plain", match: &listenerpb.FilterChainMatch{SourcePrefixRanges: []*corepb.CidrRange{cidr("127.0.0.2/32")}}}
-			l := withTransportSocket(t, testListener(addr, []chainSpec{{name: "tls"}, plainFrom2}, nil), "tls", downstreamTLS(false, false))
-			env.update(ctx, t, []*listenerpb.Listener{l}, nil)
-			s.serveOn(lis)
-			s.modes.wait(ctx, t, addr, connectivity.ServingModeServing)
+			addr, l := serveTLSAndPlain(ctx, t, env, s, downstreamTLS(false, false))
 
 			c := newClient(t, addr, "127.0.0.1", 0, tlsClientCreds(pki.ca.Pool, nil))
 			if got, want := c.serverCertSerial(ctx, t), pki.server.Cert.SerialNumber.String(); got != want {
@@ -115,13 +128,7 @@ func TestCredsDetect_UnreadableRefusesTLS(t *testing.T) {
 	}
 	hs := httptest.NewServer(admin.NewStatusHandler(s.GRPCServer))
 	t.Cleanup(hs.Close)
-	lis, _ := listen(t, "127.0.0.1")
-	addr := lis.Addr()
-	plainFrom2 := chainSpec{name: "plain", match: &listenerpb.FilterChainMatch{SourcePrefixRanges: []*corepb.CidrRange{cidr("127.0.0.2/32")}}}
-	l := withTransportSocket(t, testListener(addr, []chainSpec{{name: "tls"}, plainFrom2}, nil), "tls", downstreamTLS(true, true))
-	env.update(ctx, t, []*listenerpb.Listener{l}, nil)
-	s.serveOn(lis)
-	s.modes.wait(ctx, t, addr, connectivity.ServingModeServing)
+	addr, l := serveTLSAndPlain(ctx, t, env, s, downstreamTLS(true, true))
 	logs.WaitCount(ctx, t, 1, "W", l.GetName(), "REFUSED", "cannot tell", `"tls"`)
 
 	// The TLS chain: closed unserved, not served in plaintext.

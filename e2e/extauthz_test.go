@@ -142,6 +142,13 @@ func extAuthz(target string) *extauthzpb.ExtAuthz {
 // credentials), with trusted as the management server's trust.
 func authzEnv(t *testing.T, trusted bool, targets ...string) *testEnv {
 	t.Helper()
+	return authzEnvWith(t, trusted, `{"type": "insecure"}`, targets...)
+}
+
+// authzEnvWith is authzEnv with targets allowed with the channel
+// credentials creds (one JSON entry of channel_creds).
+func authzEnvWith(t *testing.T, trusted bool, creds string, targets ...string) *testEnv {
+	t.Helper()
 	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
 	nodeID := "node-" + testutils.RunName(t)
 	o := e2e.BootstrapOptions{ServerURIs: []string{ms.Address}, NodeID: nodeID, ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate}
@@ -151,7 +158,7 @@ func authzEnv(t *testing.T, trusted bool, targets ...string) *testEnv {
 	if len(targets) > 0 {
 		o.AllowedGRPCServices = map[string]json.RawMessage{}
 		for _, tg := range targets {
-			o.AllowedGRPCServices[tg] = json.RawMessage(`{"channel_creds": [{"type": "insecure"}]}`)
+			o.AllowedGRPCServices[tg] = json.RawMessage(`{"channel_creds": [` + creds + `]}`)
 		}
 	}
 	return &testEnv{ms: ms, nodeID: nodeID, bootstrap: e2e.Bootstrap(t, o)}

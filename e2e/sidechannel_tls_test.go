@@ -7,7 +7,6 @@ package e2e_test
 // their own channel.
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -21,7 +20,6 @@ import (
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 
 	"github.com/proxyless-grpc/xds/internal/testutils"
-	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 	"github.com/proxyless-grpc/xds/internal/testutils/testcerts"
 )
 
@@ -36,23 +34,7 @@ func startTLSAuthzServer(t *testing.T, leaf *testcerts.Leaf) *authzServer {
 // credentials trusting caFile.
 func tlsAuthzEnv(t *testing.T, target, caFile string) *testEnv {
 	t.Helper()
-	return credsAuthzEnv(t, target, fmt.Sprintf(`{"type": "tls", "config": {"ca_certificate_file": %q}}`, caFile))
-}
-
-// credsAuthzEnv is authzEnv with target allowed with the channel
-// credentials creds (one JSON entry of channel_creds).
-func credsAuthzEnv(t *testing.T, target, creds string) *testEnv {
-	t.Helper()
-	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
-	nodeID := "node-" + testutils.RunName(t)
-	return &testEnv{ms: ms, nodeID: nodeID, bootstrap: e2e.Bootstrap(t, e2e.BootstrapOptions{
-		ServerURIs:                         []string{ms.Address},
-		NodeID:                             nodeID,
-		ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
-		AllowedGRPCServices: map[string]json.RawMessage{
-			target: json.RawMessage(`{"channel_creds": [` + creds + `]}`),
-		},
-	})}
+	return authzEnvWith(t, false, fmt.Sprintf(`{"type": "tls", "config": {"ca_certificate_file": %q}}`, caFile), target)
 }
 
 // TestExtAuthz_SideChannelTLSChecksIPSAN: an authorization server addressed
@@ -63,25 +45,17 @@ func credsAuthzEnv(t *testing.T, target, creds string) *testEnv {
 func TestExtAuthz_SideChannelTLSChecksIPSAN(t *testing.T) {
 	ca := testcerts.NewCA(t, "authz-ca")
 	caFile := testcerts.WriteFiles(t, t.TempDir(), nil, ca.PEM).CA
-	for _, tc := range []struct {
-		name   string
-		leaf   testcerts.LeafOptions
-		accept bool
-	}{
-		{name: "IP SAN of the target", leaf: testcerts.LeafOptions{CommonName: "authz", IPs: []string{"127.0.0.1"}}, accept: true},
-		{name: "other IP SAN", leaf: testcerts.LeafOptions{CommonName: "authz", IPs: []string{"127.0.0.2"}}},
-		{name: "DNS SAN only", leaf: testcerts.LeafOptions{CommonName: "127.0.0.1", DNSNames: []string{"authz.example.com"}}},
-	} {
-		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+	for _, tc := range testcerts.IPNameChecks("authz") {
+		t.Run(strings.ReplaceAll(tc.Name, " ", "_"), func(t *testing.T) {
 			ctx := testContext(t)
-			a := startTLSAuthzServer(t, ca.Issue(t, tc.leaf))
+			a := startTLSAuthzServer(t, ca.Issue(t, tc.Leaf))
 			env := tlsAuthzEnv(t, a.addr, caFile)
 			cfg := extAuthz(a.addr)
 			cfg.StatusOnError = &typepb.HttpStatus{Code: typepb.StatusCode_ServiceUnavailable}
 			c, rec, _ := startAuthz(ctx, t, env, cfg, allRoutes("routes"))
 			code, msg := statusOf(rpcResult(withCase(ctx, "tls"), c, "EmptyCall"))
 			checks := len(a.taken())
-			if tc.accept {
+			if tc.Accept {
 				if code != codes.OK || checks != 1 || len(rec.ofCase("tls")) != 1 {
 					t.Fatalf("RPC: %v %q, %d checks; want OK after one Check", code, msg, checks)
 				}
@@ -110,7 +84,7 @@ var gatedCreds = testutils.RegisterGatedCreds("e2e-test-gated")
 func TestExtAuthz_SlowSideChannelCreds(t *testing.T) {
 	ctx := testContext(t)
 	a := startAuthzServer(t)
-	env := credsAuthzEnv(t, a.addr, fmt.Sprintf(`{"type": %q}`, gatedCreds.Name()))
+	env := authzEnvWith(t, false, fmt.Sprintf(`{"type": %q}`, gatedCreds.Name()), a.addr)
 	s := env.newServer(t)
 	authzLis, _ := listen(t, "127.0.0.1")
 	plainLis, _ := listen(t, "127.0.0.1")

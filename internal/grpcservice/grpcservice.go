@@ -190,11 +190,30 @@ func checkTarget(t string) error {
 // always be used"), else value, which Envoy-era servers such as OPA send;
 // a value that is not binary ("-bin") must be printable ASCII.
 func HeaderValue(hv *corepb.HeaderValue) (key, value string, err error) {
-	key = hv.GetKey()
+	return headerValue(hv.GetKey(), hv)
+}
+
+// AnswerHeader validates a header a side channel's answer asks to send or
+// set (gRFC A92, A102, with Envoy's rules): its key lower-cased, as Envoy
+// does, then as HeaderValue. keep is false for a Reserved header, which is
+// ignored, not an error; err says why an invalid one cannot be used.
+func AnswerHeader(hv *corepb.HeaderValue) (key, value string, keep bool, err error) {
+	key = strings.ToLower(hv.GetKey())
+	if Reserved(key) {
+		return "", "", false, nil
+	}
+	if key, value, err = headerValue(key, hv); err != nil {
+		return "", "", false, err
+	}
+	return key, value, true, nil
+}
+
+// headerValue is HeaderValue with key in place of hv's.
+func headerValue(key string, hv *corepb.HeaderValue) (string, string, error) {
 	if err := CheckHeaderName(key); err != nil {
 		return "", "", err
 	}
-	value = hv.GetValue()
+	value := hv.GetValue()
 	if raw := hv.GetRawValue(); len(raw) > 0 {
 		value = string(raw)
 	}

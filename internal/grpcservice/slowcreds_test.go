@@ -18,15 +18,16 @@ import (
 // test holds them.
 var gatedCreds = testutils.RegisterGatedCreds("grpcservice-test-gated")
 
-// startHealthServer starts an insecure gRPC server on 127.0.0.1 with the
-// health service; it stops when the test ends.
-func startHealthServer(t *testing.T) string {
+// startHealthServer starts a gRPC server with opts (insecure if they set no
+// credentials) on 127.0.0.1 with the health service; it stops when the test
+// ends.
+func startHealthServer(t *testing.T, opts ...grpc.ServerOption) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
@@ -20,19 +19,10 @@ import (
 	"github.com/proxyless-grpc/xds/internal/testutils/testcerts"
 )
 
-// startTLSHealthServer starts a gRPC server on 127.0.0.1 with the health
-// service, presenting leaf; it stops when the test ends.
+// startTLSHealthServer is startHealthServer presenting leaf.
 func startTLSHealthServer(t *testing.T, leaf *testcerts.Leaf) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.Creds(credentials.NewServerTLSFromCert(&leaf.TLS)))
-	healthpb.RegisterHealthServer(srv, health.NewServer())
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	return lis.Addr().String()
+	return startHealthServer(t, grpc.Creds(credentials.NewServerTLSFromCert(&leaf.TLS)))
 }
 
 // allowedTLS returns the Env of an untrusted management server whose
@@ -58,24 +48,16 @@ func allowedTLS(t *testing.T, target, caFile string) *grpcservice.Env {
 func TestTLSSideChannelChecksIPSAN(t *testing.T) {
 	ca := testcerts.NewCA(t, "side-ca")
 	caFile := testcerts.WriteFiles(t, t.TempDir(), nil, ca.PEM).CA
-	for _, tc := range []struct {
-		name   string
-		leaf   testcerts.LeafOptions
-		dns    bool // target localhost:port instead of 127.0.0.1:port
-		accept bool
-	}{
-		{name: "IP SAN of the target", leaf: testcerts.LeafOptions{CommonName: "authz", IPs: []string{"127.0.0.1"}}, accept: true},
-		{name: "other IP SAN", leaf: testcerts.LeafOptions{CommonName: "authz", IPs: []string{"127.0.0.2"}}},
-		{name: "DNS SAN only", leaf: testcerts.LeafOptions{CommonName: "127.0.0.1", DNSNames: []string{"authz.example.com"}}},
-		{name: "DNS target, its DNS SAN", leaf: testcerts.LeafOptions{CommonName: "authz", DNSNames: []string{"localhost"}}, dns: true, accept: true},
-	} {
-		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+	for _, tc := range append(testcerts.IPNameChecks("authz"),
+		testcerts.NameCheck{Name: "DNS target, its DNS SAN", Leaf: testcerts.LeafOptions{CommonName: "authz", DNSNames: []string{"localhost"}}, Host: "localhost", Accept: true},
+	) {
+		t.Run(strings.ReplaceAll(tc.Name, " ", "_"), func(t *testing.T) {
 			testutils.CheckGoroutines(t)
 			ctx := testutils.Context(t)
-			target := startTLSHealthServer(t, ca.Issue(t, tc.leaf))
-			if tc.dns {
+			target := startTLSHealthServer(t, ca.Issue(t, tc.Leaf))
+			if tc.Host != "" {
 				_, port, _ := net.SplitHostPort(target)
-				target = net.JoinHostPort("localhost", port)
+				target = net.JoinHostPort(tc.Host, port)
 			}
 			s, err := grpcservice.Parse(allowedTLS(t, target, caFile), service(target, nil))
 			if err != nil {
@@ -91,7 +73,7 @@ func TestTLSSideChannelChecksIPSAN(t *testing.T) {
 				t.Fatalf("Conn: %v", err)
 			}
 			_, err = healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
-			if tc.accept {
+			if tc.Accept {
 				if err != nil {
 					t.Fatalf("Check over a certificate for the target's IP: %v", err)
 				}

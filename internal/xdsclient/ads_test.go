@@ -266,6 +266,18 @@ func TestUnwatchedResourcesIgnored(t *testing.T) {
 	}
 }
 
+// observedListenerType is listenerType, as a type of its own, with observe
+// called after each decode with its input and the name decoded.
+func observedListenerType(observe func(in xdsclient.DecodeInput, name string)) *xdsclient.ResourceType {
+	rt := *listenerType
+	rt.Decode = func(in xdsclient.DecodeInput) (string, xdsclient.ResourceData, error) {
+		name, d, err := listenerType.Decode(in)
+		observe(in, name)
+		return name, d, err
+	}
+	return &rt
+}
+
 // TestDecodePrevious: a decoder is given the last value decoded for the same
 // resource, also after the resource was deleted, so that it can reuse what
 // did not change; the first decode gets none.
@@ -273,16 +285,7 @@ func TestDecodePrevious(t *testing.T) {
 	ctx := testContext(t)
 	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
 	prevs := make(chan xdsclient.ResourceData, 10)
-	rt := &xdsclient.ResourceType{
-		TypeURL:                    listenerURL,
-		TypeName:                   "Listener",
-		AllResourcesRequiredInSotW: true,
-		Decode: func(in xdsclient.DecodeInput) (string, xdsclient.ResourceData, error) {
-			name, d, err := listenerType.Decode(in)
-			prevs <- in.Previous
-			return name, d, err
-		},
-	}
+	rt := observedListenerType(func(in xdsclient.DecodeInput, _ string) { prevs <- in.Previous })
 	c := newClient(t, e2e.BootstrapOptions{ServerURIs: []string{ms.Address}}, xdsclient.Options{ResourceTypes: []*xdsclient.ResourceType{rt}})
 	w := newTestWatcher()
 	defer c.WatchResource(rt, "lis", w)()
@@ -322,15 +325,7 @@ func TestDecodeSkippedForSameBytes(t *testing.T) {
 	ctx := testContext(t)
 	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
 	var decodes atomic.Int32
-	rt := &xdsclient.ResourceType{
-		TypeURL:                    listenerURL,
-		TypeName:                   "Listener",
-		AllResourcesRequiredInSotW: true,
-		Decode: func(in xdsclient.DecodeInput) (string, xdsclient.ResourceData, error) {
-			decodes.Add(1)
-			return listenerType.Decode(in)
-		},
-	}
+	rt := observedListenerType(func(xdsclient.DecodeInput, string) { decodes.Add(1) })
 	c := newClient(t, e2e.BootstrapOptions{ServerURIs: []string{ms.Address}}, xdsclient.Options{ResourceTypes: []*xdsclient.ResourceType{rt}})
 	w := newTestWatcher()
 	defer c.WatchResource(rt, "lis", w)()

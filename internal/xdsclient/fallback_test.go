@@ -78,18 +78,11 @@ func TestFallbackDecodesSameBytesAgain(t *testing.T) {
 	primary := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
 	secondary := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
 	servers := make(chan string, 10)
-	rt := &xdsclient.ResourceType{
-		TypeURL:                    listenerURL,
-		TypeName:                   "Listener",
-		AllResourcesRequiredInSotW: true,
-		Decode: func(in xdsclient.DecodeInput) (string, xdsclient.ResourceData, error) {
-			name, d, err := listenerType.Decode(in)
-			if name == "a" {
-				servers <- in.Server.ServerURI
-			}
-			return name, d, err
-		},
-	}
+	rt := observedListenerType(func(in xdsclient.DecodeInput, name string) {
+		if name == "a" {
+			servers <- in.Server.ServerURI
+		}
+	})
 	lA, lB := testListener("a", 1), testListener("b", 2)
 	update(ctx, t, primary, e2e.Resources{Listeners: []*listenerpb.Listener{lA}})
 	update(ctx, t, secondary, e2e.Resources{Listeners: []*listenerpb.Listener{lA, lB}})

@@ -35,18 +35,10 @@ func startSANServer(t *testing.T, leaf *testcerts.Leaf) *e2e.ManagementServer {
 func TestTLSChannelCredsCheckIPSAN(t *testing.T) {
 	ca := testcerts.NewCA(t, "san-ca")
 	caFile := testcerts.WriteFiles(t, t.TempDir(), nil, ca.PEM).CA
-	for _, tc := range []struct {
-		name   string
-		leaf   testcerts.LeafOptions
-		accept bool
-	}{
-		{name: "IP SAN of the target", leaf: testcerts.LeafOptions{CommonName: "cp", IPs: []string{"127.0.0.1"}}, accept: true},
-		{name: "other IP SAN", leaf: testcerts.LeafOptions{CommonName: "cp", IPs: []string{"127.0.0.2"}}},
-		{name: "DNS SAN only", leaf: testcerts.LeafOptions{CommonName: "127.0.0.1", DNSNames: []string{"cp.example.com"}}},
-	} {
-		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+	for _, tc := range testcerts.IPNameChecks("cp") {
+		t.Run(strings.ReplaceAll(tc.Name, " ", "_"), func(t *testing.T) {
 			ctx := testContext(t)
-			ms := startSANServer(t, ca.Issue(t, tc.leaf))
+			ms := startSANServer(t, ca.Issue(t, tc.Leaf))
 			l := testListener("lis", 1)
 			update(ctx, t, ms, e2e.Resources{Listeners: []*listenerpb.Listener{l}})
 			cfg, err := bootstrap.Parse([]byte(fmt.Sprintf(`{
@@ -62,7 +54,7 @@ func TestTLSChannelCredsCheckIPSAN(t *testing.T) {
 			defer c.Close()
 			w := newTestWatcher()
 			defer c.WatchResource(listenerType, "lis", w)()
-			if tc.accept {
+			if tc.Accept {
 				w.wantData(ctx, t, l)
 				return
 			}

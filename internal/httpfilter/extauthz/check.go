@@ -52,23 +52,14 @@ func (c *check) RunAfterContext(ctx context.Context) (context.Context, error) {
 	// timeout, for its credentials to be built.
 	cc, err := cfg.service.Conn(callCtx)
 	if err != nil {
-		if ctx.Err() != nil {
-			s.count(ctx, outcomeFailed)
-			return ctx, status.FromContextError(ctx.Err()).Err()
-		}
-		return s.failed(ctx, err)
+		return s.unanswered(ctx, err)
 	}
 	if cfg.service.Metadata != nil {
 		callCtx = metadata.NewOutgoingContext(callCtx, cfg.service.Metadata)
 	}
 	resp, err := authpb.NewAuthorizationClient(cc).Check(callCtx, c.request(ctx, md))
 	if err != nil {
-		if ctx.Err() != nil {
-			// The RPC itself was cancelled or ran out of time.
-			s.count(ctx, outcomeFailed)
-			return ctx, status.FromContextError(ctx.Err()).Err()
-		}
-		return s.failed(ctx, fmt.Errorf("Check to %q: %w", cfg.service.Target, err))
+		return s.unanswered(ctx, fmt.Errorf("Check to %q: %w", cfg.service.Target, err))
 	}
 	// What the answer says. A denial is a denial whatever else it holds;
 	// an answer that says nothing, or contradicts itself, is no answer
@@ -237,14 +228,7 @@ func (r *mutationRules) judge(key string) (bool, error) {
 // append_action. keep is false for a reserved header (gRFC A92: ignored);
 // err is set for an invalid one.
 func option(h *corepb.HeaderValueOption) (key, value string, action corepb.HeaderValueOption_HeaderAppendAction, keep bool, err error) {
-	hv := h.GetHeader()
-	if k := strings.ToLower(hv.GetKey()); k != hv.GetKey() {
-		hv = &corepb.HeaderValue{Key: k, Value: hv.GetValue(), RawValue: hv.GetRawValue()}
-	}
-	if grpcservice.Reserved(hv.GetKey()) {
-		return "", "", 0, false, nil
-	}
-	if key, value, err = grpcservice.HeaderValue(hv); err != nil {
+	if key, value, keep, err = grpcservice.AnswerHeader(h.GetHeader()); !keep || err != nil {
 		return "", "", 0, false, err
 	}
 	action = h.GetAppendAction()

@@ -212,6 +212,17 @@ func (s *step) failed(ctx context.Context, why error) (context.Context, error) {
 	return ctx, status.Errorf(s.cfg.errorCode, "%v: %v", errFailed, why)
 }
 
+// unanswered ends a check that got no answer (no channel, or the Check
+// failed): when the RPC itself was cancelled or ran out of time, the RPC
+// ends with that, failure_mode_allow or not; otherwise as failed.
+func (s *step) unanswered(ctx context.Context, why error) (context.Context, error) {
+	if err := ctx.Err(); err != nil {
+		s.count(ctx, outcomeFailed)
+		return ctx, status.FromContextError(err).Err()
+	}
+	return s.failed(ctx, why)
+}
+
 // rejected ends a check whose answer cannot be applied (an invalid
 // mutation, or one disallow_is_error refuses): the RPC fails with
 // status_on_error's code. failure_mode_allow does not apply: the server
