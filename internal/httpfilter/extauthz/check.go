@@ -237,14 +237,7 @@ func (r *mutationRules) judge(key string) (bool, error) {
 // append_action. keep is false for a reserved header (gRFC A92: ignored);
 // err is set for an invalid one.
 func option(h *corepb.HeaderValueOption) (key, value string, action corepb.HeaderValueOption_HeaderAppendAction, keep bool, err error) {
-	hv := h.GetHeader()
-	if k := strings.ToLower(hv.GetKey()); k != hv.GetKey() {
-		hv = &corepb.HeaderValue{Key: k, Value: hv.GetValue(), RawValue: hv.GetRawValue()}
-	}
-	if grpcservice.Reserved(hv.GetKey()) {
-		return "", "", 0, false, nil
-	}
-	if key, value, err = grpcservice.HeaderValue(hv); err != nil {
+	if key, value, keep, err = grpcservice.AnswerHeader(h.GetHeader()); err != nil || !keep {
 		return "", "", 0, false, err
 	}
 	action = h.GetAppendAction()
