@@ -58,7 +58,7 @@ func (s *step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, er
 	if !s.cfg.enabled.Hit() {
 		return ctx, nil
 	}
-	req := ratelimitdesc.Request{Request: &rpc.Request, RouteMetadata: s.route.Metadata, LocalCluster: s.cfg.localCluster}
+	req := ratelimitdesc.Request{Request: rpc.Request, RouteMetadata: s.route.Metadata, LocalCluster: s.cfg.localCluster}
 	var ds []ratelimitdesc.Descriptor
 	for _, p := range s.policies {
 		ds = p.p.Descriptors(ds, s.cfg.stage, p.anyStage, req)
