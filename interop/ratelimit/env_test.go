@@ -33,6 +33,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/proxyless-grpc/xds"
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 )
 
@@ -89,7 +90,7 @@ func newEnv(t *testing.T, n int, rlsTarget string) *env {
 		if err != nil {
 			t.Fatalf("xds.NewGRPCServer: %v", err)
 		}
-		testgrpc.RegisterTestServiceServer(s.srv, testService{})
+		testgrpc.RegisterTestServiceServer(s.srv, testutils.TestService{})
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatalf("net.Listen: %v", err)
@@ -281,18 +282,4 @@ func testContext(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// testService is grpc-go's interop TestService: EmptyCall and UnaryCall
-// answer at once.
-type testService struct {
-	testgrpc.UnimplementedTestServiceServer
-}
-
-func (testService) EmptyCall(context.Context, *testgrpc.Empty) (*testgrpc.Empty, error) {
-	return &testgrpc.Empty{}, nil
-}
-
-func (testService) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-	return &testgrpc.SimpleResponse{}, nil
 }
