@@ -195,23 +195,12 @@ func routes(t *testing.T) *routepb.RouteConfiguration {
 // inline.
 func (e *env) listener(s *server, cfg *rlpb.RateLimit) *listenerpb.Listener {
 	e.t.Helper()
-	lis := e2e.DefaultServerListener(s.addr.IP.String(), uint32(s.addr.Port), "")
-	f := lis.GetFilterChains()[0].GetFilters()[0]
-	hcm := &hcmpb.HttpConnectionManager{}
-	if err := f.GetTypedConfig().UnmarshalTo(hcm); err != nil {
-		e.t.Fatalf("the default Listener's HttpConnectionManager: %v", err)
-	}
 	cfgAny, err := anypb.New(cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	hcm.HttpFilters = []*hcmpb.HttpFilter{
-		{Name: filterName, ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: cfgAny}},
-		e2e.RouterHTTPFilter(),
-	}
-	hcm.RouteSpecifier = &hcmpb.HttpConnectionManager_RouteConfig{RouteConfig: routes(e.t)}
-	f.ConfigType = &listenerpb.Filter_TypedConfig{TypedConfig: e2e.HCMAny(hcm)}
-	return lis
+	return e2e.ServerListenerWithFilters(s.addr.IP.String(), uint32(s.addr.Port), routes(e.t),
+		&hcmpb.HttpFilter{Name: filterName, ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: cfgAny}})
 }
 
 // publish makes the Listeners of the servers, the i-th with cfg(i), the
