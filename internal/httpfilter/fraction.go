@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 )
 
@@ -41,6 +42,19 @@ func ParseFraction(field string, fp *typepb.FractionalPercent, def Fraction) (Fr
 		return Fraction{}, fmt.Errorf("%s: unknown value %d, want HUNDRED, TEN_THOUSAND or MILLION", path, int32(fp.GetDenominator()))
 	}
 	return Fraction{num: min(uint64(fp.GetNumerator()), den), den: den}, nil
+}
+
+// ParseRuntimeFraction reads the default value of an Envoy
+// RuntimeFractionalPercent (there is no runtime): a nil rf is def, one
+// without default_value an error naming field.
+func ParseRuntimeFraction(field string, rf *corepb.RuntimeFractionalPercent, def Fraction) (Fraction, error) {
+	if rf == nil {
+		return def, nil
+	}
+	if rf.GetDefaultValue() == nil {
+		return Fraction{}, fmt.Errorf("%s.default_value: missing", field)
+	}
+	return ParseFraction(field+".default_value", rf.GetDefaultValue(), def)
 }
 
 // Numerator returns the fraction's numerator over Denominator.

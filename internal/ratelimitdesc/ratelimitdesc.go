@@ -192,7 +192,9 @@ func compileEntry(rl *routepb.RateLimit) (policyEntry, error) {
 
 // Request is what the actions read of one RPC.
 type Request struct {
-	*httpfilter.Request
+	// The RPC's request, a copy: given by pointer to the actions (an
+	// interface), the RPC would be moved to the heap, for every RPC.
+	httpfilter.Request
 	// RouteMetadata is the matched route's metadata; nil without.
 	RouteMetadata *corepb.Metadata
 	// LocalCluster is the server's service cluster (the bootstrap node's
@@ -213,27 +215,29 @@ func (p *Policy) Descriptors(out []Descriptor, stage uint32, anyStage bool, r Re
 		if !anyStage && e.stage != stage {
 			continue
 		}
-		var d Descriptor
+		// The entries are passed along, not a *Descriptor: a pointer given
+		// to the actions (an interface) would put each descriptor on the
+		// heap, for every RPC.
+		var es []Entry
 		ok := true
 		for _, a := range e.actions {
-			if !a.populate(&d, r) {
-				ok = false
+			if es, ok = a.populate(es, r); !ok {
 				break
 			}
 		}
-		if !ok || len(d.Entries) == 0 {
+		if !ok || len(es) == 0 {
 			continue
 		}
-		d.HitsAddend = e.hitsAddend
-		out = append(out, d)
+		out = append(out, Descriptor{Entries: es, HitsAddend: e.hitsAddend})
 	}
 	return out
 }
 
-// action adds its entry to a descriptor; false leaves the whole descriptor
-// out (Envoy's "do not call the rate limit service for this descriptor").
+// action appends its entry to a descriptor's entries and returns them;
+// false leaves the whole descriptor out (Envoy's "do not call the rate
+// limit service for this descriptor").
 type action interface {
-	populate(d *Descriptor, r Request) bool
+	populate(es []Entry, r Request) ([]Entry, bool)
 }
 
 func compileAction(a *routepb.RateLimit_Action) (action, error) {
@@ -408,32 +412,30 @@ func checkHeaderName(name string) error {
 // cluster; nothing to read when it has none.
 type sourceCluster struct{}
 
-func (sourceCluster) populate(d *Descriptor, r Request) bool {
+func (sourceCluster) populate(es []Entry, r Request) ([]Entry, bool) {
 	if r.LocalCluster == "" {
-		return false
+		return es, false
 	}
-	d.Entries = append(d.Entries, Entry{"source_cluster", r.LocalCluster})
-	return true
+	return append(es, Entry{"source_cluster", r.LocalCluster}), true
 }
 
 // destinationCluster is the route's cluster; a server's routes have none
 // (non_forwarding_action): nothing to read.
 type destinationCluster struct{}
 
-func (destinationCluster) populate(*Descriptor, Request) bool { return false }
+func (destinationCluster) populate(es []Entry, _ Request) ([]Entry, bool) { return es, false }
 
 // absent is an action whose value a gRPC request never has (a query
 // parameter): the descriptor is left out, or with skipIfAbsent only the
 // entry.
 type absent struct{ skipIfAbsent bool }
 
-func (a absent) populate(*Descriptor, Request) bool { return a.skipIfAbsent }
+func (a absent) populate(es []Entry, _ Request) ([]Entry, bool) { return es, a.skipIfAbsent }
 
 type constant Entry
 
-func (c constant) populate(d *Descriptor, _ Request) bool {
-	d.Entries = append(d.Entries, Entry(c))
-	return true
+func (c constant) populate(es []Entry, _ Request) ([]Entry, bool) {
+	return append(es, Entry(c)), true
 }
 
 type requestHeaders struct {
@@ -441,13 +443,12 @@ type requestHeaders struct {
 	skipIfAbsent bool
 }
 
-func (a requestHeaders) populate(d *Descriptor, r Request) bool {
-	v, ok := headerValue(r.Request, a.name)
+func (a requestHeaders) populate(es []Entry, r Request) ([]Entry, bool) {
+	v, ok := headerValue(&r.Request, a.name)
 	if !ok {
-		return a.skipIfAbsent
+		return es, a.skipIfAbsent
 	}
-	d.Entries = append(d.Entries, Entry{a.key, v})
-	return true
+	return append(es, Entry{a.key, v}), true
 }
 
 // headerValue returns the first value of the request header name as Envoy
@@ -481,19 +482,18 @@ func headerValue(r *httpfilter.Request, name string) (string, bool) {
 
 type remoteAddress struct{}
 
-func (remoteAddress) populate(d *Descriptor, r Request) bool {
+func (remoteAddress) populate(es []Entry, r Request) ([]Entry, bool) {
 	if !r.Remote.IsValid() {
-		return false
+		return es, false
 	}
-	d.Entries = append(d.Entries, Entry{"remote_address", r.Remote.Addr().String()})
-	return true
+	return append(es, Entry{"remote_address", r.Remote.Addr().String()}), true
 }
 
 type maskedRemoteAddress struct{ v4, v6 int }
 
-func (m maskedRemoteAddress) populate(d *Descriptor, r Request) bool {
+func (m maskedRemoteAddress) populate(es []Entry, r Request) ([]Entry, bool) {
 	if !r.Remote.IsValid() {
-		return false
+		return es, false
 	}
 	a := r.Remote.Addr().WithZone("")
 	bits := m.v6
@@ -502,10 +502,9 @@ func (m maskedRemoteAddress) populate(d *Descriptor, r Request) bool {
 	}
 	p, err := a.Prefix(bits)
 	if err != nil {
-		return false
+		return es, false
 	}
-	d.Entries = append(d.Entries, Entry{"masked_remote_address", p.String()})
-	return true
+	return append(es, Entry{"masked_remote_address", p.String()}), true
 }
 
 type remoteAddressMatch struct {
@@ -514,7 +513,7 @@ type remoteAddressMatch struct {
 	invert bool
 }
 
-func (m remoteAddressMatch) populate(d *Descriptor, r Request) bool {
+func (m remoteAddressMatch) populate(es []Entry, r Request) ([]Entry, bool) {
 	in := false
 	if r.Remote.IsValid() {
 		for i := range m.ranges {
@@ -525,10 +524,9 @@ func (m remoteAddressMatch) populate(d *Descriptor, r Request) bool {
 		}
 	}
 	if in == m.invert || m.entry.Value == "" {
-		return false
+		return es, false
 	}
-	d.Entries = append(d.Entries, m.entry)
-	return true
+	return append(es, m.entry), true
 }
 
 type headerValueMatch struct {
@@ -537,9 +535,9 @@ type headerValueMatch struct {
 	headers     []matcher.HeaderMatcher
 }
 
-func (h headerValueMatch) populate(d *Descriptor, r Request) bool {
+func (h headerValueMatch) populate(es []Entry, r Request) ([]Entry, bool) {
 	matched := true
-	hv := envoyHeaders{r.Request}
+	hv := envoyHeaders{&r.Request}
 	for i := range h.headers {
 		if !h.headers[i].Match(hv) {
 			matched = false
@@ -547,10 +545,9 @@ func (h headerValueMatch) populate(d *Descriptor, r Request) bool {
 		}
 	}
 	if matched != h.expectMatch {
-		return false
+		return es, false
 	}
-	d.Entries = append(d.Entries, h.entry)
-	return true
+	return append(es, h.entry), true
 }
 
 // envoyHeaders is the request's headers as Envoy's header matchers see
@@ -577,20 +574,18 @@ type metadataAction struct {
 	path         []string // keys into filter_metadata[filter]
 }
 
-func (m metadataAction) populate(d *Descriptor, r Request) bool {
+func (m metadataAction) populate(es []Entry, r Request) ([]Entry, bool) {
 	v := ""
 	if m.filter != "" {
 		v = lookup(r.RouteMetadata, m.filter, m.path)
 	}
 	switch {
 	case v != "":
-		d.Entries = append(d.Entries, Entry{m.key, v})
+		return append(es, Entry{m.key, v}), true
 	case m.def != "":
-		d.Entries = append(d.Entries, Entry{m.key, m.def})
-	default:
-		return m.skipIfAbsent
+		return append(es, Entry{m.key, m.def}), true
 	}
-	return true
+	return es, m.skipIfAbsent
 }
 
 // lookup returns the string at path in md's filter_metadata[filter]; ""

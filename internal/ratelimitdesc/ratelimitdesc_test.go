@@ -98,7 +98,7 @@ func TestDescriptors(t *testing.T) {
 				t.Fatal(err)
 			}
 			var got entries
-			for _, d := range p.Descriptors(nil, 0, true, rld.Request{Request: req, RouteMetadata: tc.md}) {
+			for _, d := range p.Descriptors(nil, 0, true, rld.Request{Request: *req, RouteMetadata: tc.md}) {
 				got = append(got, d.Entries)
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
@@ -113,7 +113,7 @@ func TestSourceCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := p.Descriptors(nil, 0, true, rld.Request{Request: &httpfilter.Request{}, LocalCluster: "checkout"})
+	got := p.Descriptors(nil, 0, true, rld.Request{Request: httpfilter.Request{}, LocalCluster: "checkout"})
 	if len(got) != 1 || !cmp.Equal(got[0].Entries, []rld.Entry{{Key: "source_cluster", Value: "checkout"}, {Key: "generic_key", Value: "x"}}) {
 		t.Errorf("source_cluster with the node's cluster: %v", got)
 	}
@@ -126,7 +126,7 @@ func TestStages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := rld.Request{Request: &httpfilter.Request{}}
+	req := rld.Request{Request: httpfilter.Request{}}
 	if got := p.Descriptors(nil, 1, false, req); len(got) != 1 || got[0].Entries[0].Value != "one" {
 		t.Errorf("stage 1: %v, want the stage 1 descriptor only", got)
 	}
@@ -146,8 +146,8 @@ func TestRemoteAddressMatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := p.Descriptors(nil, 0, true, rld.Request{Request: &httpfilter.Request{Remote: netip.MustParseAddrPort("10.9.9.9:1")}})
-	out := p.Descriptors(nil, 0, true, rld.Request{Request: &httpfilter.Request{Remote: netip.MustParseAddrPort("192.0.2.1:1")}})
+	in := p.Descriptors(nil, 0, true, rld.Request{Request: httpfilter.Request{Remote: netip.MustParseAddrPort("10.9.9.9:1")}})
+	out := p.Descriptors(nil, 0, true, rld.Request{Request: httpfilter.Request{Remote: netip.MustParseAddrPort("192.0.2.1:1")}})
 	if len(in) != 1 || in[0].Entries[0] != (rld.Entry{Key: "remote_address_match", Value: "internal"}) || len(out) != 0 {
 		t.Errorf("in range: %v; out of range: %v", in, out)
 	}

@@ -137,22 +137,12 @@ func extAuthzConfig(target string, failureModeAllow, headerAdd bool) *extauthzpb
 // HttpConnectionManager has http_filters [ext_authz, router].
 func (e *env) listener(cfg *extauthzpb.ExtAuthz) *listenerpb.Listener {
 	e.t.Helper()
-	lis := e2e.DefaultServerListener(e.addr.IP.String(), uint32(e.addr.Port), "")
-	f := lis.GetFilterChains()[0].GetFilters()[0]
-	hcm := &hcmpb.HttpConnectionManager{}
-	if err := f.GetTypedConfig().UnmarshalTo(hcm); err != nil {
-		e.t.Fatalf("the default Listener's HttpConnectionManager: %v", err)
-	}
 	cfgAny, err := anypb.New(cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	hcm.HttpFilters = []*hcmpb.HttpFilter{
-		{Name: extAuthzFilterName, ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: cfgAny}},
-		e2e.RouterHTTPFilter(),
-	}
-	f.ConfigType = &listenerpb.Filter_TypedConfig{TypedConfig: e2e.HCMAny(hcm)}
-	return lis
+	return e2e.ServerListenerWithFilters(e.addr.IP.String(), uint32(e.addr.Port), nil,
+		&hcmpb.HttpFilter{Name: extAuthzFilterName, ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: cfgAny}})
 }
 
 // publish makes the Listener with cfg the management server's only

@@ -33,6 +33,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/proxyless-grpc/xds"
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 )
 
@@ -89,7 +90,7 @@ func newEnv(t *testing.T, n int, rlsTarget string) *env {
 		if err != nil {
 			t.Fatalf("xds.NewGRPCServer: %v", err)
 		}
-		testgrpc.RegisterTestServiceServer(s.srv, testService{})
+		testgrpc.RegisterTestServiceServer(s.srv, testutils.TestService{})
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatalf("net.Listen: %v", err)
@@ -194,23 +195,12 @@ func routes(t *testing.T) *routepb.RouteConfiguration {
 // inline.
 func (e *env) listener(s *server, cfg *rlpb.RateLimit) *listenerpb.Listener {
 	e.t.Helper()
-	lis := e2e.DefaultServerListener(s.addr.IP.String(), uint32(s.addr.Port), "")
-	f := lis.GetFilterChains()[0].GetFilters()[0]
-	hcm := &hcmpb.HttpConnectionManager{}
-	if err := f.GetTypedConfig().UnmarshalTo(hcm); err != nil {
-		e.t.Fatalf("the default Listener's HttpConnectionManager: %v", err)
-	}
 	cfgAny, err := anypb.New(cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	hcm.HttpFilters = []*hcmpb.HttpFilter{
-		{Name: filterName, ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: cfgAny}},
-		e2e.RouterHTTPFilter(),
-	}
-	hcm.RouteSpecifier = &hcmpb.HttpConnectionManager_RouteConfig{RouteConfig: routes(e.t)}
-	f.ConfigType = &listenerpb.Filter_TypedConfig{TypedConfig: e2e.HCMAny(hcm)}
-	return lis
+	return e2e.ServerListenerWithFilters(s.addr.IP.String(), uint32(s.addr.Port), routes(e.t),
+		&hcmpb.HttpFilter{Name: filterName, ConfigType: &hcmpb.HttpFilter_TypedConfig{TypedConfig: cfgAny}})
 }
 
 // publish makes the Listeners of the servers, the i-th with cfg(i), the
@@ -281,18 +271,4 @@ func testContext(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// testService is grpc-go's interop TestService: EmptyCall and UnaryCall
-// answer at once.
-type testService struct {
-	testgrpc.UnimplementedTestServiceServer
-}
-
-func (testService) EmptyCall(context.Context, *testgrpc.Empty) (*testgrpc.Empty, error) {
-	return &testgrpc.Empty{}, nil
-}
-
-func (testService) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-	return &testgrpc.SimpleResponse{}, nil
 }

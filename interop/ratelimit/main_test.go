@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/proxyless-grpc/xds/internal/testutils"
 )
 
 // ratelimitModule is envoyproxy/ratelimit's service, pinned to a
@@ -49,10 +49,7 @@ func run(m *testing.M) int {
 	if code := m.Run(); code != 0 {
 		return code
 	}
-	if err := goleak.Find(
-		goleak.IgnoreTopFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
-		goleak.IgnoreAnyFunction("google.golang.org/grpc/internal/resolver/dns.init"),
-	); err != nil {
+	if err := testutils.FindLeaks(); err != nil {
 		fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
 		return 1
 	}

@@ -18,7 +18,6 @@ import (
 	"strconv"
 	"time"
 
-	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	localratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/local_ratelimit/v3"
 	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -132,10 +131,10 @@ func parse(m *localratelimitpb.LocalRateLimit, perRoute bool) (*Config, error) {
 		return nil, err
 	}
 	var err error
-	if c.enabled, err = parseRuntimeFraction("filter_enabled", m.GetFilterEnabled()); err != nil {
+	if c.enabled, err = httpfilter.ParseRuntimeFraction("filter_enabled", m.GetFilterEnabled(), httpfilter.Fraction{}); err != nil {
 		return nil, err
 	}
-	if c.enforced, err = parseRuntimeFraction("filter_enforced", m.GetFilterEnforced()); err != nil {
+	if c.enforced, err = httpfilter.ParseRuntimeFraction("filter_enforced", m.GetFilterEnforced(), httpfilter.Fraction{}); err != nil {
 		return nil, err
 	}
 	httpStatus, err := parseStatus(m.GetStatus())
@@ -206,18 +205,6 @@ func parseBucket(tb *typepb.TokenBucket, perRoute bool, c *Config) error {
 	c.spec = newSpec(tb.GetMaxTokens(), tpf, fi.AsDuration())
 	c.hasBucket = true
 	return nil
-}
-
-// parseRuntimeFraction reads the default value of a runtime fraction (there
-// is no runtime); unset means 0%, Envoy's default for both fields.
-func parseRuntimeFraction(field string, rf *corepb.RuntimeFractionalPercent) (httpfilter.Fraction, error) {
-	if rf == nil {
-		return httpfilter.Fraction{}, nil
-	}
-	if rf.GetDefaultValue() == nil {
-		return httpfilter.Fraction{}, fmt.Errorf("%s.default_value: missing", field)
-	}
-	return httpfilter.ParseFraction(field+".default_value", rf.GetDefaultValue(), httpfilter.Fraction{})
 }
 
 // parseStatus returns the HTTP status of a refused RPC: 429 when unset or

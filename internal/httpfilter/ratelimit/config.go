@@ -113,14 +113,14 @@ func parseConfig(env *grpcservice.Env, m *rlpb.RateLimit) (*Config, error) {
 	if len(m.GetResponseHeadersToAdd()) > 0 {
 		return nil, fieldpath.Errorf("response_headers_to_add", "not supported (substitution formats); the rate limit service's own response_headers_to_add are sent")
 	}
-	if c.enabled, err = runtimeFraction("filter_enabled", m.GetFilterEnabled(), httpfilter.FractionAll); err != nil {
+	if c.enabled, err = httpfilter.ParseRuntimeFraction("filter_enabled", m.GetFilterEnabled(), httpfilter.FractionAll); err != nil {
 		return nil, err
 	}
-	if c.enforced, err = runtimeFraction("filter_enforced", m.GetFilterEnforced(), httpfilter.FractionAll); err != nil {
+	if c.enforced, err = httpfilter.ParseRuntimeFraction("filter_enforced", m.GetFilterEnforced(), httpfilter.FractionAll); err != nil {
 		return nil, err
 	}
 	if dp := m.GetFailureModeDenyPercent(); dp != nil {
-		f, err := runtimeFraction("failure_mode_deny_percent", dp, httpfilter.Fraction{})
+		f, err := httpfilter.ParseRuntimeFraction("failure_mode_deny_percent", dp, httpfilter.Fraction{})
 		if err != nil {
 			return nil, err
 		}
@@ -187,20 +187,4 @@ func httpStatus(field string, s *typepb.HttpStatus, def int, below400Default boo
 		return def, nil
 	}
 	return int(code), nil
-}
-
-// runtimeFraction reads the default value of a runtime fraction (there is
-// no runtime); unset is def.
-func runtimeFraction(field string, rf *corepb.RuntimeFractionalPercent, def httpfilter.Fraction) (httpfilter.Fraction, error) {
-	if rf == nil {
-		return def, nil
-	}
-	if rf.GetDefaultValue() == nil {
-		return def, fieldpath.Errorf(field+".default_value", "missing")
-	}
-	f, err := httpfilter.ParseFraction(field+".default_value", rf.GetDefaultValue(), def)
-	if err != nil {
-		return def, err
-	}
-	return f, nil
 }

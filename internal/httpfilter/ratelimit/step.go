@@ -58,7 +58,7 @@ func (s *step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, er
 	if !s.cfg.enabled.Hit() {
 		return ctx, nil
 	}
-	req := ratelimitdesc.Request{Request: &rpc.Request, RouteMetadata: s.route.Metadata, LocalCluster: s.cfg.localCluster}
+	req := ratelimitdesc.Request{Request: rpc.Request, RouteMetadata: s.route.Metadata, LocalCluster: s.cfg.localCluster}
 	var ds []ratelimitdesc.Descriptor
 	for _, p := range s.policies {
 		ds = p.p.Descriptors(ds, s.cfg.stage, p.anyStage, req)
@@ -288,22 +288,15 @@ func window(l *rlspb.RateLimitResponse_RateLimit) uint64 {
 	return sec
 }
 
-// headerOf validates a header of the service's answer (gRFC A102's rules,
-// as ext_authz's): the key lower-cased; a reserved or invalid one is
-// dropped.
+// headerOf validates a header of the service's answer
+// (grpcservice.AnswerHeader: gRFC A102's rules, as ext_authz's): a
+// reserved or invalid one is dropped.
 func headerOf(hv *corepb.HeaderValue) (string, string, bool) {
-	key := strings.ToLower(hv.GetKey())
-	if grpcservice.Reserved(key) {
-		return "", "", false
+	k, v, keep, err := grpcservice.AnswerHeader(hv)
+	if err != nil && logger.V(2) {
+		logger.Infof("xds: ratelimit: header %q of the rate limit service's answer dropped: %v", strings.ToLower(hv.GetKey()), err)
 	}
-	k, v, err := grpcservice.HeaderValue(&corepb.HeaderValue{Key: key, Value: hv.GetValue(), RawValue: hv.GetRawValue()})
-	if err != nil {
-		if logger.V(2) {
-			logger.Infof("xds: ratelimit: header %q of the rate limit service's answer dropped: %v", key, err)
-		}
-		return "", "", false
-	}
-	return k, v, true
+	return k, v, keep
 }
 
 var _ httpfilter.CountingStep = (*step)(nil)
