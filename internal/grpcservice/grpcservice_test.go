@@ -1,8 +1,11 @@
 package grpcservice_test
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	accesstokenpb "github.com/envoyproxy/go-control-plane/envoy/extensions/grpc_service/call_credentials/access_token/v3"
@@ -151,5 +154,28 @@ func TestAcquireShares(t *testing.T) {
 	offline, _ := grpcservice.Parse(nil, service("127.0.0.1:9", nil))
 	if _, err := offline.Acquire(); err == nil {
 		t.Errorf("Acquire of a service parsed without a bootstrap succeeded")
+	}
+}
+
+// An RPC whose deadline has passed has ended, even before its context's
+// timer says so.
+func TestCallerEnded(t *testing.T) {
+	if err := grpcservice.CallerEnded(context.Background()); err != nil {
+		t.Errorf("no deadline: %v", err)
+	}
+	live, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	if err := grpcservice.CallerEnded(live); err != nil {
+		t.Errorf("deadline ahead: %v", err)
+	}
+	past, cancelPast := context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
+	defer cancelPast()
+	if err := grpcservice.CallerEnded(past); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("deadline passed: %v, want DeadlineExceeded", err)
+	}
+	cancelled, cancelNow := context.WithCancel(context.Background())
+	cancelNow()
+	if err := grpcservice.CallerEnded(cancelled); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v, want Canceled", err)
 	}
 }

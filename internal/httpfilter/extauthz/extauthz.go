@@ -216,7 +216,7 @@ func (s *step) failed(ctx context.Context, why error) (context.Context, error) {
 // failed): when the RPC itself was cancelled or ran out of time, the RPC
 // ends with that, failure_mode_allow or not; otherwise as failed.
 func (s *step) unanswered(ctx context.Context, why error) (context.Context, error) {
-	if err := ctx.Err(); err != nil {
+	if err := grpcservice.CallerEnded(ctx); err != nil {
 		s.count(ctx, outcomeFailed)
 		return ctx, status.FromContextError(err).Err()
 	}

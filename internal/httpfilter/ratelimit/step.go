@@ -168,8 +168,8 @@ func (c *call) request() *rlspb.RateLimitRequest {
 func (c *call) failed(ctx context.Context, why error) (context.Context, error) {
 	s, cfg := c.step, c.step.cfg
 	s.count(ctx, outcomeError)
-	if ctx.Err() != nil {
-		return ctx, status.FromContextError(ctx.Err()).Err()
+	if err := grpcservice.CallerEnded(ctx); err != nil {
+		return ctx, status.FromContextError(err).Err()
 	}
 	deny := cfg.failureModeDeny
 	if cfg.denyPercent != nil {
