@@ -72,13 +72,8 @@ func parseConfig(env *grpcservice.Env, m *extauthzpb.ExtAuthz) (*Config, error) 
 		includePeerCertificate:    m.GetIncludePeerCertificate(),
 		errorCode:                 codes.PermissionDenied,
 	}
-	if fe := m.GetFilterEnabled(); fe != nil {
-		if fe.GetDefaultValue() == nil {
-			return nil, errors.New("filter_enabled.default_value: missing")
-		}
-		if c.enabled, err = httpfilter.ParseFraction("filter_enabled.default_value", fe.GetDefaultValue(), httpfilter.FractionAll); err != nil {
-			return nil, err
-		}
+	if c.enabled, err = httpfilter.ParseRuntimeFraction("filter_enabled", m.GetFilterEnabled(), httpfilter.FractionAll); err != nil {
+		return nil, err
 	}
 	if d := m.GetDenyAtDisable(); d != nil {
 		if d.GetDefaultValue() == nil {
