@@ -182,9 +182,7 @@ type xdsServer interface {
 
 var (
 	thisLibrary = xdsImpl{name: "xds", newServer: func(bs []byte, serving func(bool)) (xdsServer, error) {
-		return xds.NewGRPCServer(xds.BootstrapContents(bs), xds.ServingModeCallback(func(_ net.Addr, a xds.ServingModeChangeArgs) {
-			serving(a.Mode == connectivity.ServingModeServing)
-		}))
+		return xds.NewGRPCServer(xds.BootstrapContents(bs), servingCallback(serving))
 	}}
 	// meshLibrary is thisLibrary with Istio's standard metrics
 	// (xds.MeshMetrics) recorded into an OpenTelemetry SDK provider, its
@@ -202,9 +200,7 @@ var (
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 		return xds.NewGRPCServer(xds.BootstrapContents(bs),
 			grpcotel.ServerOption(grpcotel.Options{MetricsOptions: grpcotel.MetricsOptions{MeterProvider: mp}}),
-			xds.ServingModeCallback(func(_ net.Addr, a xds.ServingModeChangeArgs) {
-				serving(a.Mode == connectivity.ServingModeServing)
-			}))
+			servingCallback(serving))
 	}}
 	grpcGoXDS = xdsImpl{name: "grpcxds", newServer: func(bs []byte, serving func(bool)) (xdsServer, error) {
 		return grpcxds.NewGRPCServer(grpcxds.BootstrapContentsForTesting(bs), grpcxds.ServingModeCallback(func(_ net.Addr, a grpcxds.ServingModeChangeArgs) {
@@ -232,10 +228,16 @@ func meshLibraryWith(name string, newMP func() metric.MeterProvider) xdsImpl {
 			return nil, err
 		}
 		return xds.NewGRPCServer(xds.BootstrapContents(bs), xds.MeterProvider(newMP()), xds.MeshMetrics(),
-			xds.ServingModeCallback(func(_ net.Addr, a xds.ServingModeChangeArgs) {
-				serving(a.Mode == connectivity.ServingModeServing)
-			}))
+			servingCallback(serving))
 	}}
+}
+
+// servingCallback is this library's serving-mode option that tells serving
+// whether the server serves.
+func servingCallback(serving func(bool)) grpc.ServerOption {
+	return xds.ServingModeCallback(func(_ net.Addr, a xds.ServingModeChangeArgs) {
+		serving(a.Mode == connectivity.ServingModeServing)
+	})
 }
 
 func startXDSServer(b *testing.B, chains, vhosts int) benchServer {
@@ -441,9 +443,7 @@ func BenchmarkServerUnaryMesh(b *testing.B) {
 // grpc-go's OpenTelemetry plugin's alike).
 var statsLibrary = xdsImpl{name: "xds-statshandler", newServer: func(bs []byte, serving func(bool)) (xdsServer, error) {
 	return xds.NewGRPCServer(xds.BootstrapContents(bs), grpc.StatsHandler(nopStats{}),
-		xds.ServingModeCallback(func(_ net.Addr, a xds.ServingModeChangeArgs) {
-			serving(a.Mode == connectivity.ServingModeServing)
-		}))
+		servingCallback(serving))
 }}
 
 type nopStats struct{}
