@@ -85,13 +85,23 @@ func ServerCreds(opts []grpc.ServerOption) (credentials.TransportCredentials, er
 	return s.creds()
 }
 
-// applyAll applies opts in order to an empty gRPC option struct; nil
-// without an option that sets anything.
+// applyAll applies opts in order to an empty gRPC option struct, as
+// grpc.NewServer would: flattened to gRPC's own options first; nil without
+// an option that sets anything.
 func applyAll(opts []grpc.ServerOption) (*settings, error) {
+	leaves, err := flattenAll(opts)
+	if err != nil {
+		return nil, err
+	}
+	return applyLeaves(leaves)
+}
+
+// applyLeaves applies flattened options in order (apply).
+func applyLeaves(leaves []reflect.Value) (*settings, error) {
 	var s *settings
-	for _, o := range opts {
+	for _, o := range leaves {
 		var err error
-		if s, err = apply(s, reflect.ValueOf(o), 0); err != nil {
+		if s, err = apply(s, o); err != nil {
 			return nil, err
 		}
 	}
@@ -131,80 +141,23 @@ func (s *settings) creds() (credentials.TransportCredentials, error) {
 	return c, nil
 }
 
-// apply applies the option o, depth wrappers or lists deep, to s (made if
-// nil) and returns s.
-func apply(s *settings, o reflect.Value, depth int) (*settings, error) {
-	if o.Kind() == reflect.Interface {
-		o = o.Elem() // an element of a joined list, an embedded option
-	}
-	if !o.IsValid() {
-		return s, nil // a nil option: grpc.NewServer would panic on it, not our concern
-	}
-	if depth > maxDepth {
-		return nil, fmt.Errorf("%w: %v is wrapped more than %d deep", ErrUnreadable, o.Type(), maxDepth)
-	}
+// apply applies o, an option of package grpc that is not a joined list
+// (flatten's), to s (made if nil) and returns s.
+func apply(s *settings, o reflect.Value) (*settings, error) {
 	t := o.Type()
 	if t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if t.PkgPath() != grpcPkg {
-		// Only package grpc can implement ServerOption's unexported
-		// method; another package's option has it promoted from a field
-		// it embeds, which gRPC calls: follow it.
-		return applyEmbedded(s, o, depth)
-	}
 	switch t.Name() {
 	case "EmptyServerOption":
 		return s, nil
-	case "joinServerOption", "funcServerOption":
+	case "funcServerOption":
 		if o.Kind() != reflect.Pointer || o.IsNil() {
 			return nil, fmt.Errorf("%w: %v is not a pointer to a struct", ErrUnknownShape, o.Type())
 		}
-	}
-	switch t.Name() {
-	case "joinServerOption":
-		list := o.Elem().FieldByName("opts")
-		if !list.IsValid() || list.Kind() != reflect.Slice {
-			return nil, fmt.Errorf("%w: grpc.JoinServerOptions has no opts slice", ErrUnknownShape)
-		}
-		list = exported(list)
-		var err error
-		for i := range list.Len() {
-			if s, err = apply(s, list.Index(i), depth+1); err != nil {
-				return nil, err
-			}
-		}
-		return s, nil
-	case "funcServerOption":
 		return applyFunc(s, o)
 	}
 	return nil, fmt.Errorf("%w: unknown option type %v", ErrUnknownShape, o.Type())
-}
-
-// applyEmbedded applies o, an option of another package, to s: the field
-// gRPC's method is promoted from is applied in its place.
-func applyEmbedded(s *settings, o reflect.Value, depth int) (*settings, error) {
-	if o.Kind() == reflect.Pointer {
-		if o.IsNil() {
-			return s, nil // gRPC would panic on it, as on a nil option
-		}
-		o = o.Elem()
-	}
-	if o.Kind() != reflect.Struct {
-		return nil, fmt.Errorf("%w: %v implements grpc.ServerOption without a struct to embed it in", ErrUnreadable, o.Type())
-	}
-	i, _, ok := promotedFrom(o.Type(), maxDepth-depth)
-	if !ok {
-		return nil, fmt.Errorf("%w: cannot tell which field of %v gRPC's option method comes from", ErrUnreadable, o.Type())
-	}
-	if !o.CanAddr() {
-		// A struct held by value: copy it where its unexported fields can
-		// be read.
-		c := reflect.New(o.Type()).Elem()
-		c.Set(o)
-		o = c
-	}
-	return apply(s, exported(o.Field(i)), depth+1)
 }
 
 // promotedFrom returns the index of the embedded field of struct type t

@@ -39,12 +39,16 @@ func TestChangedShapesAreErrors(t *testing.T) {
 	}
 	for name, opts := range tests {
 		t.Run(name, func(t *testing.T) {
-			var s *settings
+			var leaves []reflect.Value
 			var err error
 			for _, o := range opts {
-				if s, err = apply(s, o, 0); err != nil {
+				if leaves, err = flatten(leaves, o, 0); err != nil {
 					break
 				}
+			}
+			var s *settings
+			if err == nil {
+				s, err = applyLeaves(leaves)
 			}
 			if err == nil && s != nil {
 				_, err = s.creds()
