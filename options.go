@@ -9,7 +9,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 
+	"github.com/proxyless-grpc/xds/internal/grpccompat"
 	"github.com/proxyless-grpc/xds/internal/metrics"
+	"github.com/proxyless-grpc/xds/internal/server/rpcpath"
+	"github.com/proxyless-grpc/xds/internal/server/serverlog"
 	"github.com/proxyless-grpc/xds/internal/xdsclient"
 	pubxdsclient "github.com/proxyless-grpc/xds/xdsclient"
 )
@@ -211,8 +214,11 @@ type serverOptions struct {
 	// when they could. Set by resolveCreds.
 	unknownCreds string
 	// grpcOpts are every option that is not this package's, in order; they
-	// are given to every grpc.Server the GRPCServer creates.
+	// are given to every grpc.Server the GRPCServer creates, as userOpts.
 	grpcOpts []grpc.ServerOption
+	// userOpts are grpcOpts with the single interceptors taken out, to run
+	// behind the filters. Set by splitInterceptors.
+	userOpts rpcpath.UserOptions
 }
 
 // modeCallback adapts the user's ServingModeCallback for the listeners; nil
@@ -267,5 +273,29 @@ func parseOptions(opts []grpc.ServerOption) (*serverOptions, error) {
 	}
 	so.metrics = metrics.NewServer(so.meters)
 	so.resolveCreds()
+	so.splitInterceptors()
 	return so, nil
+}
+
+// splitInterceptors takes grpc.UnaryInterceptor and grpc.StreamInterceptor
+// out of the user's options, so that the servers run them behind the
+// filters, chained first after the server's own interceptors, where gRPC
+// would run them first of all (it gives no other way to get ahead of
+// them). An interceptor of the user's then never sees an RPC the filters
+// refuse, nor request headers before a filter changed them. Options that
+// cannot be read (an option of the program's that cannot be followed, or a
+// grpc-go release that changed its option types) may set one: the
+// listeners then refuse every RPC of the filter chains whose filters may
+// refuse RPCs after the tap (ext_authz, the rate limits, fault delays)
+// rather than let such an interceptor run first, and this says so.
+func (so *serverOptions) splitInterceptors() {
+	split, err := grpccompat.SplitInterceptors(so.grpcOpts)
+	if err != nil {
+		serverlog.Component.Warningf("xds: cannot tell whether the server options set grpc.UnaryInterceptor or grpc.StreamInterceptor (%v): "+
+			"every RPC of filter chains whose HTTP filters may refuse RPCs after gRPC's tap handle (ext_authz, rate limits, fault delays) will be REFUSED, "+
+			"since such an interceptor would run before those filters; pass interceptors with grpc.ChainUnaryInterceptor and grpc.ChainStreamInterceptor instead", err)
+		so.userOpts = rpcpath.UserOptions{Options: so.grpcOpts, Unknown: err}
+		return
+	}
+	so.userOpts = rpcpath.UserOptions{Options: split.Options, Unary: split.Unary, Stream: split.Stream}
 }

@@ -225,7 +225,7 @@ func (s *GRPCServer) Serve(lis net.Listener) error {
 		ModeCallback: s.opts.modeCallback(),
 		ModeObserver: observe,
 		Conns: connserver.Options{
-			GRPCOptions: s.opts.grpcOpts,
+			GRPC:        s.opts.userOpts,
 			Services:    s.services,
 			DrainGrace:  s.opts.drainGrace,
 			DrainJitter: s.opts.drainJitter,

@@ -146,18 +146,18 @@ func (gate) BuildStep(string, httpfilter.Config, httpfilter.Config) (httpfilter.
 
 type gateStep struct{}
 
-func (gateStep) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, error) {
+func (gateStep) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, httpfilter.After, error) {
 	closed := len(rpc.Header.Get("x-gate")) > 0 && rpc.Header.Get("x-gate")[0] == "closed"
-	return httpfilter.WithAfter(ctx, gateWork{closed: closed}), nil
+	return ctx, gateWork{closed: closed}, nil
 }
 
 type gateWork struct{ closed bool }
 
-func (w gateWork) RunAfter(context.Context) error {
+func (w gateWork) RunAfter(ctx context.Context) (context.Context, error) {
 	if w.closed {
-		return status.Error(codes.Aborted, "gate closed")
+		return ctx, status.Error(codes.Aborted, "gate closed")
 	}
-	return nil
+	return ctx, nil
 }
 
 // TestFilterOrder_PublicFilter: a filter of the public httpfilter API that

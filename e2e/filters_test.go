@@ -49,11 +49,11 @@ func (requireHeader) BuildStep(_ string, cfg, _ httpfilter.Config) (httpfilter.S
 	return requireHeaderStep{header: cfg.(string)}, nil
 }
 
-func (s requireHeaderStep) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, error) {
+func (s requireHeaderStep) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, httpfilter.After, error) {
 	if len(rpc.Header.Get(s.header)) == 0 {
-		return ctx, status.Errorf(codes.Unauthenticated, "missing %s", s.header)
+		return ctx, nil, status.Errorf(codes.Unauthenticated, "missing %s", s.header)
 	}
-	return ctx, nil
+	return ctx, nil, nil
 }
 
 // TestUserFilter: a filter registered with httpfilter.Register runs on the

@@ -53,29 +53,29 @@ type budgetStep struct{ budget int64 }
 // counter is one connection's count of RPCs.
 type counter struct{ n int64 }
 
-func (s *budgetStep) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, error) {
+func (s *budgetStep) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, httpfilter.After, error) {
 	c := rpc.Conn.GetOrInit(s, func() any { return &counter{} }).(*counter)
 	n := atomic.AddInt64(&c.n, 1)
 	switch {
 	case n > s.budget:
-		return ctx, status.Error(codes.ResourceExhausted, "connection budget spent")
+		return ctx, nil, status.Error(codes.ResourceExhausted, "connection budget spent")
 	case n == s.budget:
-		return httpfilter.WithAfter(ctx, delay(10*time.Millisecond)), nil
+		return ctx, delay(10 * time.Millisecond), nil
 	}
-	return ctx, nil
+	return ctx, nil, nil
 }
 
 // delay holds an RPC back, on its own goroutine, unless it ends first.
 type delay time.Duration
 
-func (d delay) RunAfter(ctx context.Context) error {
+func (d delay) RunAfter(ctx context.Context) (context.Context, error) {
 	t := time.NewTimer(time.Duration(d))
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return nil
+		return ctx, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return ctx, ctx.Err()
 	}
 }
 
@@ -89,11 +89,11 @@ func Example() {
 	conn := &httpfilter.ConnState{} // the server makes one per connection
 	for i := range 3 {
 		rpc := httpfilter.RPC{Request: httpfilter.Request{FullMethod: "/pkg.Service/Method"}, Conn: conn}
-		ctx, err := step.Run(context.Background(), rpc)
-		fmt.Printf("RPC %d: %v, deferred work: %v\n", i+1, status.Code(err), ctx != context.Background())
+		_, work, err := step.Run(context.Background(), rpc)
+		fmt.Printf("RPC %d: %v, work that decides later: %v\n", i+1, status.Code(err), work != nil)
 	}
 	// Output:
-	// RPC 1: OK, deferred work: false
-	// RPC 2: OK, deferred work: true
-	// RPC 3: ResourceExhausted, deferred work: false
+	// RPC 1: OK, work that decides later: false
+	// RPC 2: OK, work that decides later: true
+	// RPC 3: ResourceExhausted, work that decides later: false
 }

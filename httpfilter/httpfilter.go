@@ -1,6 +1,7 @@
 // Package httpfilter is the API for writing server-side xDS HTTP filters
 // (gRFC A39) of your own and adding them to the ones this module runs (the
-// router, RBAC, local rate limit and fault injection).
+// router, RBAC, local and global rate limits, fault injection and
+// ext_authz).
 //
 // A filter is registered (Register) by the type URLs of its top-level
 // config (the typed_config of an HttpConnectionManager's http_filters
@@ -9,31 +10,34 @@
 // server asks the filter to parse and validate those configs (an error
 // NACKs the resource); when it applies a configuration, it asks the filter
 // for a Step per (filter instance, route), built from the instance's config
-// and the route's most specific override; for each RPC it runs the matched
-// route's steps in http_filters order, in gRPC's tap handle: before any
-// interceptor and before the method is looked up.
+// and the route's most specific override; for each RPC the route's action
+// lets through, it runs the route's steps in http_filters order, starting
+// in gRPC's tap handle: before any interceptor and before the method is
+// looked up.
 //
 // A step sees the RPC as an RPC value: the request (Request: method,
 // authority, headers, addresses, peer certificates; the same view package
 // rbac evaluates) and, for filters that ask for it (Needs), state shared by
-// the RPCs of one connection (ConnState). A step must not block; work that
-// may block or needs the RPC's stream (a delay, an asynchronous check, a
-// trailer on a refused RPC) is left for after the tap with WithAfter, and
-// runs on the RPC's own goroutine before the user's interceptors. The steps
-// after such a step wait for its work and run after it (see After): every
-// step, built in or registered here, decides only on RPCs the steps before
-// it let through, on the request as they left it.
+// the RPCs of one connection (ConnState). A step must not block: it lets
+// the RPC through, refuses it, or returns work that decides later (After:
+// a delay, an asynchronous check, a trailer on a refused RPC), which runs
+// on the RPC's own goroutine before any of the user's interceptors. The
+// steps after such a step wait for its work: every step, built in or
+// registered here, decides only on RPCs the steps before it let through,
+// on the request as they left it, and an RPC a step refuses never reaches
+// user code (see Step and After for the whole contract).
 //
 // Every type here is this package's own: a filter is written against this
 // package alone, and the server's framework uses these same types for its
 // built-in filters (and adapts registration). The package is deliberately
 // a complete, small API rather than a registration hook over internal
-// types: per-connection state and deferred work are what a filter such as
-// ext_authz (an asynchronous check per RPC, gRFC A92) needs, and nothing
-// else is exported. The server's configuration-path extras (filter state
-// kept across updates, metrics and status-page counts) stay internal. The
-// package does not import gRPC; a step returns gRPC status errors
-// (google.golang.org/grpc/status) to choose the status of a refused RPC.
+// types: per-connection state and work that decides later are what a
+// filter such as ext_authz (an asynchronous check per RPC, gRFC A92) needs,
+// and nothing else is exported. The server's configuration-path extras
+// (filter state kept across updates, metrics and status-page counts) stay
+// internal. The package does not import gRPC; a step returns gRPC status
+// errors (google.golang.org/grpc/status) to choose the status of a refused
+// RPC.
 //
 // # Experimental
 //
@@ -110,8 +114,10 @@ type Filter interface {
 // and the server reads it when it builds the gRPC servers of a filter
 // chain, so chains whose filters need nothing pay nothing for it.
 type Needs struct {
-	// After: the steps may leave work for after the tap (WithAfter);
-	// without it, that work never runs.
+	// After: the steps may return work that decides later (After). A
+	// step of a filter without it that returns work fails its RPC with
+	// INTERNAL; a chain whose filters all go without it runs every step
+	// in the tap, with no interceptor of its own.
 	After bool
 	// ConnState: the steps read RPC.Conn, which is nil without it.
 	ConnState bool

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"net/netip"
 	"sync/atomic"
-
-	"github.com/proxyless-grpc/xds/internal/httpfilter/handoff"
 )
 
 // Headers is the request metadata of an RPC: keys are lower-case, Get
@@ -53,50 +51,66 @@ type RPC struct {
 // Step is the per-RPC work of one filter instance on one route, built by
 // Filter.BuildStep when a configuration is applied. It is immutable and
 // safe for concurrent use.
+//
+// The steps of a route run as one sequence, in http_filters order, for the
+// RPCs the route's action lets through (gRFC A36: a route whose action is
+// not non_forwarding_action refuses its RPCs before any step runs). Each
+// step runs only if every step before it let the RPC through, and sees the
+// request as they left it.
 type Step interface {
-	// Run runs for every RPC on the route, in filter order, after the
-	// route was matched and before the route's action is checked. It runs
-	// in gRPC's tap handle, before the method is looked up and before any
-	// interceptor, with a transport lock held; or, when a step before it
-	// on the route left work for after the tap (WithAfter), on the RPC's
-	// own goroutine once that work let the RPC through, seeing the request
-	// headers as that work changed them. Either way it must be fast and
-	// must not block. It may return a derived context, for example one
-	// carrying work for after the tap (WithAfter). A non-nil error fails
-	// the RPC and stops the filter chain: a gRPC status error keeps its
-	// code, any other error fails the RPC with PERMISSION_DENIED.
-	Run(ctx context.Context, rpc RPC) (context.Context, error)
+	// Run decides on an RPC from its request. It runs in gRPC's tap
+	// handle, before the method is looked up and before any interceptor,
+	// with a transport lock held; or, when a step before it left work
+	// (below), on the RPC's own goroutine once that work let the RPC
+	// through. Either way it must be fast and must not block.
+	//
+	// It returns the context the rest of the RPC sees (ctx, or one derived
+	// from it) and one of three outcomes:
+	//   - nil, nil: the step lets the RPC through, and the next step runs;
+	//   - an error: the RPC fails, and no later step, interceptor or
+	//     handler runs (a gRPC status error keeps its code; any other error
+	//     fails the RPC with PERMISSION_DENIED);
+	//   - work: the step decides later, in After.RunAfter, where it may
+	//     block; the steps after it wait for that decision. Only a filter
+	//     that reports Needs.After may return work: on any other, the RPC
+	//     fails with INTERNAL and the server logs the filter's name.
+	//
+	// A step changes the request headers that the steps after it and the
+	// handler see by returning a context whose incoming metadata
+	// (metadata.NewIncomingContext) holds the new headers; the server reads
+	// them once per change. A panic fails the RPC with INTERNAL, never the
+	// server, and is logged with the filter's name and counted.
+	Run(ctx context.Context, rpc RPC) (context.Context, After, error)
 }
 
-// After is work a Step leaves for after the tap handle, because it may
-// block (a delay, a call to an authorization service) or needs what the
-// tap cannot give (trailing metadata on a refused RPC). A step returns
-// WithAfter(ctx, a) from Run; the filter must report Needs.After, or
-// nothing runs a.
+// After is work a Step leaves for later because it may block (a delay, a
+// call to an authorization service) or needs what the tap cannot give
+// (trailing metadata on a refused RPC). A step returns it from Run; the
+// filter must report Needs.After.
 //
-// The steps of an RPC run as one sequence, in http_filters order, and a
-// step that leaves work holds back every step after it: once gRPC has
-// dispatched the RPC to its own goroutine, the server runs a, then, if a
-// let the RPC through, the remaining steps (each seeing the request as the
-// work before it changed it; work they leave runs at once), then the
-// route's action check, all before the user's interceptors (those given
-// with grpc.ChainUnaryInterceptor or grpc.ChainStreamInterceptor; a single
-// grpc.UnaryInterceptor or grpc.StreamInterceptor always runs first) and
-// the handler. So a step never decides on an RPC that an earlier step's
-// work would refuse, and never on headers that work is about to change.
+// Once gRPC has dispatched the RPC to its own goroutine, the server runs
+// the work, then, if it let the RPC through, the steps after its step
+// (each seeing the request as the work changed it), all before any of the
+// user's interceptors (grpc.UnaryInterceptor and grpc.StreamInterceptor as
+// much as the chained ones) and the handler. So a step never decides on an
+// RPC that an earlier step's work would refuse, and never on headers that
+// work is about to change, and a refused RPC reaches no user code.
 //
-// Deferred work runs only for RPCs that gRPC dispatches: an RPC whose
-// method the server does not have (UNIMPLEMENTED) ends without it, and so
-// without the steps after it.
+// Work runs only for RPCs that gRPC dispatches: an RPC whose method the
+// server does not have (UNIMPLEMENTED) ends without it, and so without
+// the steps after it.
 type After interface {
 	// RunAfter runs on the RPC's goroutine, with the RPC's context: it may
 	// block, and must return when ctx is done (deadline or cancellation).
-	// A nil error lets the RPC proceed; ErrSkipHandler ends it with status
-	// OK without calling the handler; any other error fails it (a gRPC
-	// status error keeps its code, ctx's errors become DEADLINE_EXCEEDED
-	// or CANCELED, others UNKNOWN). ctx carries the RPC's
-	// grpc.ServerTransportStream, so grpc.SetTrailer works on it.
-	RunAfter(ctx context.Context) error
+	// It returns the context the rest of the RPC sees (ctx, or one derived
+	// from it: new incoming metadata changes the request headers, as for
+	// Step.Run) and nil to let the RPC proceed; ErrSkipHandler ends it with
+	// status OK without calling the handler; any other error fails it (a
+	// gRPC status error keeps its code, ctx's errors become
+	// DEADLINE_EXCEEDED or CANCELED, others UNKNOWN). ctx carries the RPC's
+	// grpc.ServerTransportStream, so grpc.SetHeader and grpc.SetTrailer work
+	// on it. A panic fails the RPC with INTERNAL, as in Step.Run.
+	RunAfter(ctx context.Context) (context.Context, error)
 }
 
 // ErrSkipHandler is returned by After.RunAfter to end an RPC with status OK
@@ -104,14 +118,6 @@ type After interface {
 // message; a unary RPC's client receives an empty response message (gRPC
 // sends the response of a unary RPC with its status).
 var ErrSkipHandler = errors.New("httpfilter: end the RPC with status OK without calling the handler")
-
-// WithAfter returns a context carrying a, to be run after the tap handle
-// (see After). A step may leave several pieces of work; they run in the
-// order they were added, and the first error ends the RPC.
-func WithAfter(ctx context.Context, a After) context.Context {
-	prev, _ := ctx.Value(handoff.AfterKey{}).(*handoff.Deferred)
-	return context.WithValue(ctx, handoff.AfterKey{}, &handoff.Deferred{Work: a, Prev: prev})
-}
 
 // maxConnEntries bounds the entries of a ConnState: a connection outliving
 // many configuration changes forgets its oldest entries rather than grow.

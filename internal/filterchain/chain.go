@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -257,6 +258,9 @@ func (c *chainCompiler) decodeHCM(raw httpfilter.RawConfig) (*HTTPConnectionMana
 	return c.validateHCM(m)
 }
 
+// maxRequestHeadersKB is the largest max_request_headers_kb Envoy accepts.
+const maxRequestHeadersKB = 8192
+
 // validateHCM checks the HttpConnectionManager fields that gRFC A36, A39 and
 // A41 constrain, and compiles its HTTP filters and inline routes.
 func (c *chainCompiler) validateHCM(m *hcmpb.HttpConnectionManager) (*HTTPConnectionManager, error) {
@@ -273,6 +277,21 @@ func (c *chainCompiler) validateHCM(m *hcmpb.HttpConnectionManager) (*HTTPConnec
 		return nil, err // the parser's message names http_filters[i]
 	}
 	out := &HTTPConnectionManager{Filters: filters}
+	if kb := m.GetMaxRequestHeadersKb(); kb != nil {
+		// Envoy's bounds (its validation rules for the field): a value it
+		// refuses is a bound nobody meant, refused here too rather than
+		// changed into another.
+		if v := kb.GetValue(); v == 0 || v > maxRequestHeadersKB {
+			return nil, fieldErrorf("max_request_headers_kb", "is %d, want 1 to %d (Envoy's range)", v, maxRequestHeadersKB)
+		}
+		out.MaxRequestHeaderBytes = int(kb.GetValue()) << 10
+	}
+	if n := m.GetCommonHttpProtocolOptions().GetMaxHeadersCount(); n != nil {
+		if n.GetValue() == 0 {
+			return nil, fieldErrorf("common_http_protocol_options.max_headers_count", "is 0, want at least 1 (Envoy's range)")
+		}
+		out.MaxRequestHeaders = int(min(n.GetValue(), math.MaxInt32))
+	}
 	switch rs := m.GetRouteSpecifier().(type) {
 	case *hcmpb.HttpConnectionManager_Rds:
 		if out.RDSName, err = rdsName(rs.Rds); err != nil {

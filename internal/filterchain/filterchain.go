@@ -196,6 +196,11 @@ type HTTPConnectionManager struct {
 	// Filters are the HTTP filters to run, in order, ending with the router
 	// (gRFC A39). Optional filters of unknown types are left out.
 	Filters []httpfilter.Instance
+	// MaxRequestHeaderBytes is max_request_headers_kb in bytes, and
+	// MaxRequestHeaders common_http_protocol_options.max_headers_count: the
+	// bounds of an RPC's request headers, their size and number as Envoy
+	// counts them; 0 when the field is not set.
+	MaxRequestHeaderBytes, MaxRequestHeaders int
 }
 
 // AddressMismatchError reports that a Listener's address is not the address

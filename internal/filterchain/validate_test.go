@@ -252,6 +252,23 @@ func TestCompileErrors(t *testing.T) {
 			wantChain: `filter_chains[0] "a"`, wantField: "filters[0].typed_config.xff_num_trusted_hops",
 		},
 		{
+			desc:      "max_request_headers_kb 0",
+			lis:       withHCM(func(h *hcmpb.HttpConnectionManager) { h.MaxRequestHeadersKb = wrapperspb.UInt32(0) }),
+			wantChain: `filter_chains[0] "a"`, wantField: "filters[0].typed_config.max_request_headers_kb", wantText: "want 1 to 8192",
+		},
+		{
+			desc:      "max_request_headers_kb over Envoy's range",
+			lis:       withHCM(func(h *hcmpb.HttpConnectionManager) { h.MaxRequestHeadersKb = wrapperspb.UInt32(8193) }),
+			wantChain: `filter_chains[0] "a"`, wantField: "filters[0].typed_config.max_request_headers_kb", wantText: "8193",
+		},
+		{
+			desc: "max_headers_count 0",
+			lis: withHCM(func(h *hcmpb.HttpConnectionManager) {
+				h.CommonHttpProtocolOptions = &corepb.HttpProtocolOptions{MaxHeadersCount: wrapperspb.UInt32(0)}
+			}),
+			wantChain: `filter_chains[0] "a"`, wantField: "filters[0].typed_config.common_http_protocol_options.max_headers_count",
+		},
+		{
 			desc: "original_ip_detection_extensions",
 			lis: withHCM(func(h *hcmpb.HttpConnectionManager) {
 				h.OriginalIpDetectionExtensions = []*corepb.TypedExtensionConfig{{Name: "xff"}}

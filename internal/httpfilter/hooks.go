@@ -6,7 +6,6 @@ import (
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
-	"github.com/proxyless-grpc/xds/internal/httpfilter/handoff"
 	"github.com/proxyless-grpc/xds/internal/ratelimitdesc"
 )
 
@@ -83,6 +82,26 @@ func AcquireAll(filters []Instance) (release func()) {
 	}
 }
 
+// SideCaller is implemented by filters that copy the request into a call
+// to another service (ext_authz's Check, the global rate limit's
+// ShouldRateLimit). A filter chain that runs one bounds its request headers
+// by default (Envoy's max_request_headers_kb default), so that a client
+// cannot send a request too large for that call and so make it fail.
+type SideCaller interface {
+	CallsOut() bool
+}
+
+// CallsOut reports whether one of filters calls another service with the
+// request (SideCaller).
+func CallsOut(filters []Instance) bool {
+	for _, in := range filters {
+		if c, ok := in.Filter.(SideCaller); ok && c.CallsOut() {
+			return true
+		}
+	}
+	return false
+}
+
 // Describer is implemented by filters that say more about an instance on
 // the status page than its type (ext_authz: its authorization server).
 type Describer interface {
@@ -124,19 +143,6 @@ func LocalIdentity(ctx context.Context) *x509.Certificate {
 		return f()
 	}
 	return nil
-}
-
-// ContextAfter is implemented by work left for after the tap that changes
-// the context the rest of the RPC sees (ext_authz: the request headers the
-// authorization server added or removed). The server calls RunAfterContext
-// instead of RunAfter and gives the returned context to the user's
-// interceptors and handler.
-type ContextAfter = handoff.ContextAfter
-
-// RunAfter runs a with ctx and returns the context the rest of the RPC
-// gets: ctx itself unless a is a ContextAfter.
-func RunAfter(ctx context.Context, a After) (context.Context, error) {
-	return handoff.RunAfter(ctx, a)
 }
 
 // ApplyHeader applies one header mutation to md (gRPC metadata: lower-case

@@ -7,25 +7,6 @@ import (
 	"weak"
 )
 
-// NeedsReporter is implemented by filters whose steps need more than the
-// tap handle.
-type NeedsReporter interface {
-	Needs() Needs
-}
-
-// NeedsOf returns what the steps of filters need, together.
-func NeedsOf(filters []Instance) Needs {
-	var n Needs
-	for _, in := range filters {
-		if r, ok := in.Filter.(NeedsReporter); ok {
-			fn := r.Needs()
-			n.After = n.After || fn.After
-			n.ConnState = n.ConnState || fn.ConnState
-		}
-	}
-	return n
-}
-
 // State is where filter state that must survive configuration updates
 // lives (gRFC A83's "blackboard"): the server keeps one per xDS Listener and
 // gives it to the filters that build steps with state (StatefulFilter)

@@ -1,94 +1,14 @@
 package httpfilter
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
 	"testing"
 
 	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"github.com/google/go-cmp/cmp"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 )
-
-// recordingAfter appends its name to *log and returns err.
-type recordingAfter struct {
-	name string
-	log  *[]string
-	err  error
-}
-
-func (a recordingAfter) RunAfter(context.Context) error {
-	*a.log = append(*a.log, a.name)
-	return a.err
-}
-
-// TestWithAfter: work left by several steps runs in order, stops at the
-// first error, and a context without any has none.
-func TestWithAfter(t *testing.T) {
-	if a := AfterOf(context.Background()); a != nil {
-		t.Fatalf("AfterOf(Background) = %v, want nil", a)
-	}
-	errB := errors.New("b failed")
-	tests := []struct {
-		desc    string
-		errs    []error
-		wantLog []string
-		wantErr error
-	}{
-		{desc: "one", errs: []error{nil}, wantLog: []string{"0"}},
-		{desc: "three in order", errs: []error{nil, nil, nil}, wantLog: []string{"0", "1", "2"}},
-		{desc: "stops at the first error", errs: []error{nil, errB, nil}, wantLog: []string{"0", "1"}, wantErr: errB},
-	}
-	for _, tc := range tests {
-		t.Run(tc.desc, func(t *testing.T) {
-			var log []string
-			ctx := context.Background()
-			for i, err := range tc.errs {
-				ctx = WithAfter(ctx, recordingAfter{name: fmt.Sprint(i), log: &log, err: err})
-			}
-			err := AfterOf(ctx).RunAfter(ctx)
-			if !errors.Is(err, tc.wantErr) {
-				t.Errorf("RunAfter = %v, want %v", err, tc.wantErr)
-			}
-			if diff := cmp.Diff(log, tc.wantLog); diff != "" {
-				t.Errorf("ran (-got, +want):\n%s", diff)
-			}
-		})
-	}
-}
-
-type needsFilter struct {
-	Router
-	n Needs
-}
-
-func (f needsFilter) Needs() Needs { return f.n }
-
-func TestNeedsOf(t *testing.T) {
-	tests := []struct {
-		desc    string
-		filters []Instance
-		want    Needs
-	}{
-		{desc: "none", want: Needs{}},
-		{desc: "router only", filters: []Instance{{Filter: Router{}}}, want: Needs{}},
-		{desc: "combined", filters: []Instance{
-			{Filter: needsFilter{n: Needs{After: true}}},
-			{Filter: needsFilter{n: Needs{ConnState: true}}},
-			{Filter: Router{}},
-		}, want: Needs{After: true, ConnState: true}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.desc, func(t *testing.T) {
-			if got := NeedsOf(tc.filters); got != tc.want {
-				t.Errorf("NeedsOf = %+v, want %+v", got, tc.want)
-			}
-		})
-	}
-}
 
 func TestConnState(t *testing.T) {
 	var c ConnState

@@ -1,11 +1,6 @@
 package httpfilter
 
-import (
-	"context"
-
-	"github.com/proxyless-grpc/xds/httpfilter"
-	"github.com/proxyless-grpc/xds/internal/httpfilter/handoff"
-)
+import "github.com/proxyless-grpc/xds/httpfilter"
 
 // The vocabulary of a filter's per-RPC work is the public package
 // httpfilter's, documented there: the framework runs built-in filters and
@@ -20,7 +15,7 @@ type (
 	RPC = httpfilter.RPC
 	// Step is the per-RPC work of one filter instance on one route.
 	Step = httpfilter.Step
-	// After is work a step leaves for after the tap handle.
+	// After is work a step returns that decides later, where it may block.
 	After = httpfilter.After
 	// ConnState is the state the steps of one connection share.
 	ConnState = httpfilter.ConnState
@@ -33,34 +28,3 @@ type (
 
 // ErrSkipHandler is httpfilter.ErrSkipHandler.
 var ErrSkipHandler = httpfilter.ErrSkipHandler
-
-// WithAfter returns a context carrying a, to be run after the tap handle
-// (httpfilter.WithAfter).
-func WithAfter(ctx context.Context, a After) context.Context { return httpfilter.WithAfter(ctx, a) }
-
-// AfterOf returns the work the steps left in ctx, all of it in the order
-// it was added, or nil. The server's pipeline (internal/server/rpcpath)
-// runs work step by step instead; this is for a filter's own tests.
-func AfterOf(ctx context.Context) After {
-	d := handoff.DeferredOf(ctx)
-	switch {
-	case d == nil:
-		return nil
-	case d.Prev == nil:
-		return d.Work
-	}
-	return deferredChain{d}
-}
-
-// deferredChain runs a chain of work, oldest first.
-type deferredChain struct{ head *handoff.Deferred }
-
-func (c deferredChain) RunAfter(ctx context.Context) error {
-	_, err := handoff.RunSince(ctx, c.head, nil)
-	return err
-}
-
-// RunAfterContext implements ContextAfter.
-func (c deferredChain) RunAfterContext(ctx context.Context) (context.Context, error) {
-	return handoff.RunSince(ctx, c.head, nil)
-}

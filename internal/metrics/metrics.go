@@ -48,6 +48,12 @@ const (
 	// A29). Anything but zero means the control plane asked for TLS that
 	// the server does not give.
 	TLSNotApplied = "grpc.xds_server.connections.tls_not_applied"
+	// FilterErrors counts the RPCs an HTTP filter failed with INTERNAL
+	// because its own code broke: a panic in its step or in the work it
+	// left (ReasonPanic), or work returned by a filter that does not
+	// declare Needs.After (ReasonUndeclaredWork). The filter instance is in
+	// AttrFilter. Anything but zero is a bug in that filter.
+	FilterErrors = "grpc.xds_server.http_filter.errors"
 )
 
 // Attribute keys and values.
@@ -64,6 +70,12 @@ const (
 	// server cannot tell its transport credentials, which might serve it
 	// in plaintext.
 	ReasonUnknownCredentials = "unknown_credentials"
+	// AttrFilter is the name of an HTTP filter instance (its name in the
+	// HttpConnectionManager's http_filters); with FilterErrors, AttrReason
+	// is ReasonPanic or ReasonUndeclaredWork.
+	AttrFilter           = "grpc.xds_server.http_filter"
+	ReasonPanic          = "panic"
+	ReasonUndeclaredWork = "undeclared_work"
 )
 
 // Server holds the instruments of one xDS server.
@@ -195,6 +207,20 @@ func (l *Listener) TLSNotApplied() {
 func (l *Listener) DrainStarted() {
 	if l != nil && l.s.drains != nil {
 		l.s.drains.Add(context.Background(), 1, l.attrs...)
+	}
+}
+
+// FilterError counts an RPC that the HTTP filter instance named filter
+// failed because its own code broke (FilterErrors), with reason
+// ReasonPanic or ReasonUndeclaredWork. It is called only when that
+// happens: it may take a lock and allocate.
+func (l *Listener) FilterError(ctx context.Context, filter, reason string) {
+	if l == nil {
+		return
+	}
+	c := l.s.counter(FilterErrors, "{call}", "RPCs an HTTP filter failed with INTERNAL because its own code broke: a panic, or work left without declaring it.")
+	if c != nil {
+		c.Add(ctx, 1, addWith(l.addr, attribute.String(AttrFilter, filter), attribute.String(AttrReason, reason))...)
 	}
 }
 

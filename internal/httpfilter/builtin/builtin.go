@@ -10,8 +10,8 @@ import (
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/httpfilter/extauthz"
 	"github.com/proxyless-grpc/xds/internal/httpfilter/fault"
+	"github.com/proxyless-grpc/xds/internal/httpfilter/globalratelimit"
 	"github.com/proxyless-grpc/xds/internal/httpfilter/localratelimit"
-	globalratelimit "github.com/proxyless-grpc/xds/internal/httpfilter/ratelimit"
 	"github.com/proxyless-grpc/xds/internal/httpfilter/rbacfilter"
 )
 

@@ -37,19 +37,21 @@ func (needy) BuildStep(string, publicfilter.Config, publicfilter.Config) (public
 
 type needyStep struct{}
 
-func (needyStep) Run(ctx context.Context, rpc publicfilter.RPC) (context.Context, error) {
+func (needyStep) Run(ctx context.Context, rpc publicfilter.RPC) (context.Context, publicfilter.After, error) {
 	rpc.Conn.GetOrInit(needyStep{}, func() any { return 1 })
-	return publicfilter.WithAfter(ctx, skip{}), nil
+	return ctx, skip{}, nil
 }
 
 type skip struct{}
 
-func (skip) RunAfter(context.Context) error { return publicfilter.ErrSkipHandler }
+func (skip) RunAfter(ctx context.Context) (context.Context, error) {
+	return ctx, publicfilter.ErrSkipHandler
+}
 
 // TestPublicFilter: a filter registered through the public package is
 // found by the server's registry, its Needs reach the framework, its step
-// reads the connection's state, and the work it leaves is what the
-// framework's AfterOf finds.
+// reads the connection's state, and the work it returns reaches the
+// framework as it is.
 func TestPublicFilter(t *testing.T) {
 	publicfilter.Register(needy{})
 	a, err := anypb.New(wrapperspb.Bool(true))
@@ -71,12 +73,15 @@ func TestPublicFilter(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := &httpfilter.ConnState{}
-	ctx, err := step.Run(context.Background(), httpfilter.RPC{Conn: conn})
+	ctx, w, err := step.Run(context.Background(), httpfilter.RPC{Conn: conn})
 	if err != nil || conn.Get(needyStep{}) != 1 {
 		t.Fatalf("Run = %v, conn state %v; want OK and 1", err, conn.Get(needyStep{}))
 	}
-	if a := httpfilter.AfterOf(ctx); a == nil || a.RunAfter(ctx) != httpfilter.ErrSkipHandler {
-		t.Errorf("AfterOf(ctx) = %v, want the step's work, ending the RPC with ErrSkipHandler", a)
+	if w == nil {
+		t.Fatalf("Run returned no work, want the step's")
+	}
+	if _, err := w.RunAfter(ctx); err != httpfilter.ErrSkipHandler {
+		t.Errorf("the step's work ends the RPC with %v, want ErrSkipHandler", err)
 	}
 }
 

@@ -25,23 +25,22 @@ import (
 )
 
 // check is one RPC's authorization, run after the tap handle on the RPC's
-// goroutine (httpfilter.ContextAfter).
+// goroutine (httpfilter.After).
 type check struct {
 	step *step
 	req  httpfilter.Request
 }
 
-// RunAfter implements httpfilter.After.
-func (c *check) RunAfter(ctx context.Context) error {
-	_, err := c.RunAfterContext(ctx)
-	return err
-}
-
-// RunAfterContext sends the Check and applies its answer: the context it
-// returns carries the request headers the authorization server changed.
-func (c *check) RunAfterContext(ctx context.Context) (context.Context, error) {
+// RunAfter implements httpfilter.After: it sends the Check and applies its
+// answer; the context it returns carries the request headers the
+// authorization server changed.
+func (c *check) RunAfter(ctx context.Context) (context.Context, error) {
 	s, cfg := c.step, c.step.cfg
 	md, _ := metadata.FromIncomingContext(ctx) // a copy
+	req := c.request(ctx, md)
+	if err := c.sendable(req); err != nil {
+		return s.refused(ctx, err)
+	}
 	callCtx := ctx
 	if cfg.service.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -57,7 +56,10 @@ func (c *check) RunAfterContext(ctx context.Context) (context.Context, error) {
 	if cfg.service.Metadata != nil {
 		callCtx = metadata.NewOutgoingContext(callCtx, cfg.service.Metadata)
 	}
-	resp, err := authpb.NewAuthorizationClient(cc).Check(callCtx, c.request(ctx, md))
+	resp, err := authpb.NewAuthorizationClient(cc).Check(callCtx, req)
+	if refused := grpcservice.RequestRefused(err); refused != nil {
+		return s.refused(ctx, refused)
+	}
 	if err != nil {
 		return s.unanswered(ctx, fmt.Errorf("Check to %q: %w", cfg.service.Target, err))
 	}
@@ -243,6 +245,21 @@ func option(h *corepb.HeaderValueOption) (key, value string, action corepb.Heade
 		return "", "", 0, false, fmt.Errorf("header %q: append_action: unknown value %d", key, int32(action))
 	}
 	return key, value, action, true, nil
+}
+
+// sendable returns why req, the RPC's CheckRequest, cannot be sent
+// (grpcservice.ErrUnsendable); nil when it can. The strings it checks are
+// the request's own bytes; the rest of the request is the server's, or
+// ASCII (header names, certificates' principals and addresses), or carried
+// as raw bytes (header values).
+func (c *check) sendable(req *authpb.CheckRequest) error {
+	if err := grpcservice.CheckString("the request's path", c.req.FullMethod); err != nil {
+		return err
+	}
+	if err := grpcservice.CheckString("the request's :authority", c.req.Authority); err != nil {
+		return err
+	}
+	return grpcservice.CheckSize(req)
 }
 
 // request builds the CheckRequest of gRFC A92.

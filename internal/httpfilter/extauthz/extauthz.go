@@ -89,6 +89,10 @@ func (Filter) IsTerminal() bool { return false }
 // Needs implements httpfilter.NeedsReporter: the check runs after the tap.
 func (Filter) Needs() httpfilter.Needs { return httpfilter.Needs{After: true} }
 
+// CallsOut implements httpfilter.SideCaller: the request's headers go to
+// the authorization server.
+func (Filter) CallsOut() bool { return true }
+
 // UsesLocalIdentity implements httpfilter.LocalIdentityUser: the
 // destination principal is the server's certificate's.
 func (Filter) UsesLocalIdentity() bool { return true }
@@ -180,16 +184,16 @@ func (s *step) count(ctx context.Context, outcome int) {
 }
 
 // Run decides, in the tap handle, whether the filter is enabled for the
-// RPC (filter_enabled); the check itself is left for after the tap.
-func (s *step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, error) {
+// RPC (filter_enabled); the check itself is work for after the tap.
+func (s *step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, httpfilter.After, error) {
 	if !s.cfg.enabled.Hit() {
 		s.count(ctx, outcomeDisabled)
 		if s.cfg.denyAtDisable {
-			return ctx, status.Error(s.cfg.errorCode, "ext_authz: the filter is disabled for this RPC and deny_at_disable is set")
+			return ctx, nil, status.Error(s.cfg.errorCode, "ext_authz: the filter is disabled for this RPC and deny_at_disable is set")
 		}
-		return ctx, nil
+		return ctx, nil, nil
 	}
-	return httpfilter.WithAfter(ctx, &check{step: s, req: rpc.Request}), nil
+	return ctx, &check{step: s, req: rpc.Request}, nil
 }
 
 // errFailed marks a failed check, for the log and the RPC's message.
@@ -221,6 +225,15 @@ func (s *step) unanswered(ctx context.Context, why error) (context.Context, erro
 		return ctx, status.FromContextError(err).Err()
 	}
 	return s.failed(ctx, why)
+}
+
+// refused ends a check whose request the RPC made impossible to send
+// (grpcservice.ErrUnsendable): the RPC fails with status_on_error's code.
+// failure_mode_allow does not apply: the client, not the authorization
+// server, made the check fail, and must not choose its outcome.
+func (s *step) refused(ctx context.Context, why error) (context.Context, error) {
+	s.count(ctx, outcomeFailed)
+	return ctx, status.Errorf(s.cfg.errorCode, "ext_authz: the RPC is refused: %v", why)
 }
 
 // rejected ends a check whose answer cannot be applied (an invalid

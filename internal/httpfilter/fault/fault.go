@@ -252,27 +252,27 @@ func leave() { active.Add(-1) }
 
 // Run implements httpfilter.Step: it decides, with independent draws for
 // the delay and the abort (gRFC A33), which faults the RPC gets. An abort
-// alone fails the RPC here; a delay, or an abort with status OK, is left
+// alone fails the RPC here; a delay, or an abort with status OK, is work
 // for after the tap.
-func (s *Step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, error) {
+func (s *Step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, httpfilter.After, error) {
 	c := s.c
 	if !c.selects(rpc) {
-		return ctx, nil
+		return ctx, nil, nil
 	}
 	delay := c.delayOf(rpc)
 	code, abort := c.abortOf(rpc)
 	switch {
 	case delay == 0 && !abort:
-		return ctx, nil
+		return ctx, nil, nil
 	case delay == 0 && code != codes.OK:
 		// An abort is over at once: it needs room under the limit, and
 		// takes none.
 		if c.hasMax && active.Load() >= int64(c.maxActive) {
-			return ctx, nil
+			return ctx, nil, nil
 		}
-		return ctx, c.errOf(code)
+		return ctx, nil, c.errOf(code)
 	}
-	return httpfilter.WithAfter(ctx, &pending{c: c, delay: delay, abort: abort, code: code}), nil
+	return ctx, &pending{c: c, delay: delay, abort: abort, code: code}, nil
 }
 
 // selects reports whether the config's faults may apply to rpc.
@@ -374,9 +374,9 @@ type pending struct {
 }
 
 // RunAfter implements httpfilter.After.
-func (p *pending) RunAfter(ctx context.Context) error {
+func (p *pending) RunAfter(ctx context.Context) (context.Context, error) {
 	if !p.c.enter() {
-		return nil
+		return ctx, nil
 	}
 	defer leave()
 	if p.delay > 0 {
@@ -385,14 +385,14 @@ func (p *pending) RunAfter(ctx context.Context) error {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return ctx.Err()
+			return ctx, ctx.Err()
 		}
 	}
 	switch {
 	case !p.abort:
-		return nil
+		return ctx, nil
 	case p.code == codes.OK:
-		return httpfilter.ErrSkipHandler
+		return ctx, httpfilter.ErrSkipHandler
 	}
-	return p.c.errOf(p.code)
+	return ctx, p.c.errOf(p.code)
 }

@@ -169,19 +169,18 @@ func TestAbort(t *testing.T) {
 				}
 				return
 			}
-			ctx, err := s.Run(context.Background(), tc.rpc)
+			ctx, a, err := s.Run(context.Background(), tc.rpc)
 			if got := status.Code(err); got != tc.wantCode {
 				t.Fatalf("Run: %v, want %v", err, tc.wantCode)
 			}
 			if tc.wantMsg != "" && status.Convert(err).Message() != tc.wantMsg {
 				t.Errorf("message %q, want %q", status.Convert(err).Message(), tc.wantMsg)
 			}
-			a := httpfilter.AfterOf(ctx)
 			if (a != nil) != tc.deferred {
 				t.Fatalf("work after the tap: %v, want some: %v", a, tc.deferred)
 			}
 			if a != nil {
-				if err := a.RunAfter(ctx); !errors.Is(err, httpfilter.ErrSkipHandler) {
+				if _, err := a.RunAfter(ctx); !errors.Is(err, httpfilter.ErrSkipHandler) {
 					t.Errorf("RunAfter = %v, want ErrSkipHandler (end with OK)", err)
 				}
 			}
@@ -193,12 +192,12 @@ func TestAbort(t *testing.T) {
 // aborts if asked; the RPC's deadline cuts it short.
 func TestDelay(t *testing.T) {
 	s := stepOf(t, &faultpb.HTTPFault{Delay: delayFixed(50*time.Millisecond, 100), Abort: abortGRPC(uint32(codes.Aborted), 100)})
-	ctx, err := s.Run(context.Background(), rpcWith())
-	if err != nil {
-		t.Fatalf("Run: %v, want the fault left for after the tap", err)
+	ctx, a, err := s.Run(context.Background(), rpcWith())
+	if err != nil || a == nil {
+		t.Fatalf("Run: %v, %v; want the fault left for after the tap", a, err)
 	}
 	start := time.Now()
-	err = httpfilter.AfterOf(ctx).RunAfter(ctx)
+	_, err = a.RunAfter(ctx)
 	if status.Code(err) != codes.Aborted {
 		t.Errorf("RunAfter = %v, want ABORTED", err)
 	}
@@ -209,11 +208,11 @@ func TestDelay(t *testing.T) {
 	long := stepOf(t, &faultpb.HTTPFault{Delay: delayFixed(time.Hour, 100)})
 	dctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	dctx, err = long.Run(dctx, rpcWith())
+	dctx, a, err = long.Run(dctx, rpcWith())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := httpfilter.AfterOf(dctx).RunAfter(dctx); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := a.RunAfter(dctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("RunAfter of a 1h delay with a 50ms deadline = %v, want DeadlineExceeded", err)
 	}
 
@@ -228,12 +227,12 @@ func TestDelay(t *testing.T) {
 		{rpcWith(), 0},
 		{rpcWith(headerDelay, "99999999999999999"), maxDelay},
 	} {
-		ctx, err := hdr.Run(context.Background(), tc.rpc)
+		_, a, err := hdr.Run(context.Background(), tc.rpc)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var got time.Duration
-		if p, ok := httpfilter.AfterOf(ctx).(*pending); ok {
+		if p, ok := a.(*pending); ok {
 			got = p.delay
 		}
 		if got != tc.want {
@@ -247,12 +246,15 @@ func TestDelay(t *testing.T) {
 func TestMaxActiveFaults(t *testing.T) {
 	s := stepOf(t, &faultpb.HTTPFault{Delay: delayFixed(time.Hour, 100), Abort: abortGRPC(uint32(codes.Aborted), 100), MaxActiveFaults: wrapperspb.UInt32(1)})
 	held, cancel := context.WithCancel(context.Background())
-	hctx, err := s.Run(held, rpcWith())
+	hctx, held1, err := s.Run(held, rpcWith())
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error)
-	go func() { done <- httpfilter.AfterOf(hctx).RunAfter(hctx) }()
+	go func() {
+		_, err := held1.RunAfter(hctx)
+		done <- err
+	}()
 	// Wait until the first fault is active.
 	testutils.WaitFor(testutils.Context(t), t, "the first fault to be active", func() error {
 		if active.Load() == 0 {
@@ -260,11 +262,11 @@ func TestMaxActiveFaults(t *testing.T) {
 		}
 		return nil
 	})
-	ctx, err := s.Run(context.Background(), rpcWith())
+	ctx, a, err := s.Run(context.Background(), rpcWith())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := httpfilter.AfterOf(ctx).RunAfter(ctx); err != nil {
+	if _, err := a.RunAfter(ctx); err != nil {
 		t.Errorf("second fault while one is active: %v, want none (no delay, no abort)", err)
 	}
 	cancel()
@@ -275,7 +277,7 @@ func TestMaxActiveFaults(t *testing.T) {
 		t.Errorf("%d active faults after both ended, want 0", n)
 	}
 	abortOnly := stepOf(t, &faultpb.HTTPFault{Abort: abortGRPC(uint32(codes.Aborted), 100), MaxActiveFaults: wrapperspb.UInt32(1)})
-	if _, err := abortOnly.Run(context.Background(), rpcWith()); status.Code(err) != codes.Aborted {
+	if _, _, err := abortOnly.Run(context.Background(), rpcWith()); status.Code(err) != codes.Aborted {
 		t.Errorf("abort with no fault active: %v, want ABORTED", err)
 	}
 }

@@ -320,11 +320,11 @@ func TestStep(t *testing.T) {
 	s = s.WithCounter(cnt).(*Step)
 	ctx := context.Background()
 	for i := range 3 {
-		if _, err := s.Run(ctx, rpc()); err != nil {
+		if _, _, err := s.Run(ctx, rpc()); err != nil {
 			t.Fatalf("RPC %d: %v, want OK", i+1, err)
 		}
 	}
-	_, err := s.Run(ctx, rpc())
+	_, _, err := s.Run(ctx, rpc())
 	if status.Code(err) != codes.Unavailable || status.Convert(err).Message() != "local_rate_limited" {
 		t.Errorf("4th RPC: %v, want UNAVAILABLE local_rate_limited", err)
 	}
@@ -337,7 +337,7 @@ func TestStep(t *testing.T) {
 	allowed := buildStep(t, st, t.Name()+"/allocs", m)
 	r := rpc()
 	if n := testing.AllocsPerRun(1000, func() {
-		if _, err := allowed.Run(ctx, r); err != nil {
+		if _, _, err := allowed.Run(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}); n != 0 {
@@ -357,7 +357,7 @@ func TestStepShadow(t *testing.T) {
 	cnt := &countingCounter{}
 	s = s.WithCounter(cnt).(*Step)
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.MD{"a": {"1"}})
-	got, err := s.Run(ctx, rpc())
+	got, _, err := s.Run(ctx, rpc())
 	if err != nil {
 		t.Fatalf("Run: %v, want OK", err)
 	}
@@ -397,15 +397,15 @@ func TestStepTrailers(t *testing.T) {
 	m.EnableRetryAfterHeader = true
 	m.RateLimitedAsResourceExhausted = true
 	s := buildStep(t, st, t.Name(), m)
-	ctx, err := s.Run(context.Background(), rpc())
+	ctx, w, err := s.Run(context.Background(), rpc())
 	if err != nil {
 		t.Fatalf("Run: %v, want the refusal left for after the tap", err)
 	}
-	a, ok := httpfilter.AfterOf(ctx).(*refusal)
+	a, ok := w.(*refusal)
 	if !ok {
-		t.Fatalf("after the tap: %T, want *refusal", httpfilter.AfterOf(ctx))
+		t.Fatalf("after the tap: %T, want *refusal", w)
 	}
-	if err := a.RunAfter(ctx); status.Code(err) != codes.ResourceExhausted {
+	if _, err := a.RunAfter(ctx); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("RunAfter = %v, want RESOURCE_EXHAUSTED", err)
 	}
 	if got := a.trailers.Get("x-limited"); len(got) != 1 || got[0] != "yes" {
@@ -418,11 +418,11 @@ func TestStepTrailers(t *testing.T) {
 	m.TokenBucket.MaxTokens = 1
 	m.StatPrefix = "one"
 	one := buildStep(t, st, t.Name(), m)
-	if _, err := one.Run(context.Background(), rpc()); err != nil {
+	if _, _, err := one.Run(context.Background(), rpc()); err != nil {
 		t.Fatal(err)
 	}
-	ctx, _ = one.Run(context.Background(), rpc())
-	if got := httpfilter.AfterOf(ctx).(*refusal).trailers.Get("retry-after"); len(got) != 1 || got[0] != "3600" {
+	_, w, _ = one.Run(context.Background(), rpc())
+	if got := w.(*refusal).trailers.Get("retry-after"); len(got) != 1 || got[0] != "3600" {
 		t.Errorf("retry-after after the only token of an hourly bucket = %q, want 3600", got)
 	}
 	if got := (&refusal{}).withRetryAfter(1500 * time.Millisecond).trailers.Get("retry-after"); len(got) != 1 || got[0] != "2" {
@@ -441,7 +441,7 @@ func TestBucketKept(t *testing.T) {
 	name := t.Name()
 	s1 := buildStep(t, st, name, good())
 	for range 3 {
-		if _, err := s1.Run(context.Background(), rpc()); err != nil {
+		if _, _, err := s1.Run(context.Background(), rpc()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -449,7 +449,7 @@ func TestBucketKept(t *testing.T) {
 	// tokens: spent.
 	same := good()
 	same.RateLimitedAsResourceExhausted = true
-	if _, err := buildStep(t, st, name, same).Run(context.Background(), rpc()); status.Code(err) != codes.ResourceExhausted {
+	if _, _, err := buildStep(t, st, name, same).Run(context.Background(), rpc()); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("rebuilt step on the spent bucket: %v, want RESOURCE_EXHAUSTED", err)
 	}
 	for _, tc := range []struct {
@@ -463,7 +463,7 @@ func TestBucketKept(t *testing.T) {
 	} {
 		m := good()
 		tc.mutate(m)
-		if _, err := buildStep(t, st, tc.instance, m).Run(context.Background(), rpc()); err != nil {
+		if _, _, err := buildStep(t, st, tc.instance, m).Run(context.Background(), rpc()); err != nil {
 			t.Errorf("%s: %v, want a fresh bucket", tc.desc, err)
 		}
 	}
@@ -475,7 +475,7 @@ func TestBucketKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := route.Run(context.Background(), rpc()); err != nil {
+	if _, _, err := route.Run(context.Background(), rpc()); err != nil {
 		t.Errorf("per-route config equal to the filter's: %v, want a bucket of its own", err)
 	}
 }
@@ -491,7 +491,7 @@ func TestPerConnection(t *testing.T) {
 	run := func(c *httpfilter.ConnState) error {
 		r := rpc()
 		r.Conn = c
-		_, err := s.Run(context.Background(), r)
+		_, _, err := s.Run(context.Background(), r)
 		return err
 	}
 	if err := run(c1); err != nil {

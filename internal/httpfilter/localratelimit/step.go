@@ -128,10 +128,10 @@ func (s *Step) WithCounter(c httpfilter.Counter) httpfilter.Step {
 // the config's status (in the tap, or after it when trailing metadata must
 // be added), and is let through otherwise (shadow mode), with
 // request_headers_to_add_when_not_enforced added to its metadata.
-func (s *Step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, error) {
+func (s *Step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, httpfilter.After, error) {
 	c := s.cfg
 	if !c.enabled.Hit() {
-		return ctx, nil
+		return ctx, nil, nil
 	}
 	b := s.lim.shared
 	if s.lim.perConn && rpc.Conn != nil {
@@ -139,27 +139,29 @@ func (s *Step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, er
 	}
 	now := clock()
 	if b.take(now) {
-		return ctx, nil
+		return ctx, nil, nil
 	}
 	if !c.enforced.Hit() {
 		if s.counter != nil {
 			s.counter.Count(ctx, outcomeShadowed)
 		}
 		if len(c.shadowHeaders) > 0 {
+			// The steps after this one see the headers too: the pipeline
+			// reads them again from the new context.
 			ctx = c.shadowHeaders.addToIncoming(ctx)
 		}
-		return ctx, nil
+		return ctx, nil, nil
 	}
 	if s.counter != nil {
 		s.counter.Count(ctx, outcomeLimited)
 	}
 	switch {
 	case s.refuse == nil:
-		return ctx, c.err
+		return ctx, nil, c.err
 	case c.retryAfter:
-		return httpfilter.WithAfter(ctx, s.refuse.withRetryAfter(b.wait(now))), nil
+		return ctx, s.refuse.withRetryAfter(b.wait(now)), nil
 	default:
-		return httpfilter.WithAfter(ctx, s.refuse), nil
+		return ctx, s.refuse, nil
 	}
 }
 
@@ -171,12 +173,12 @@ type refusal struct {
 }
 
 // RunAfter implements httpfilter.After.
-func (r *refusal) RunAfter(ctx context.Context) error {
+func (r *refusal) RunAfter(ctx context.Context) (context.Context, error) {
 	if r.trailers != nil {
 		// The error only says that ctx has no stream, which it has.
 		grpc.SetTrailer(ctx, r.trailers)
 	}
-	return r.err
+	return ctx, r.err
 }
 
 // withRetryAfter returns r with a retry-after trailer of wait in whole

@@ -53,7 +53,7 @@ func FuzzParse(f *testing.F) {
 			if err != nil || step == nil {
 				continue
 			}
-			if _, err := step.Run(context.Background(), rpc); err != nil && status.Code(err) != codes.PermissionDenied {
+			if _, _, err := step.Run(context.Background(), rpc); err != nil && status.Code(err) != codes.PermissionDenied {
 				t.Errorf("RBAC step refused an RPC with %v, want PERMISSION_DENIED", err)
 			}
 		}

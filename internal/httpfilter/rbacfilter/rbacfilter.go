@@ -226,7 +226,7 @@ func (s *Step) WithCounter(c httpfilter.Counter) httpfilter.Step {
 var errDenied = status.Error(codes.PermissionDenied, "RBAC: access denied")
 
 // Run implements httpfilter.Step.
-func (s *Step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, error) {
+func (s *Step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, httpfilter.After, error) {
 	ri := rpc.Request
 	if s.shadow != nil {
 		s.shadow.Audit(ri, s.shadow.Evaluate(ri), s.name, true)
@@ -238,11 +238,11 @@ func (s *Step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, er
 			if s.counter != nil {
 				s.counter.Count(ctx, outcomeDenied)
 			}
-			return ctx, errDenied
+			return ctx, nil, errDenied
 		}
 	}
 	if s.counter != nil {
 		s.counter.Count(ctx, outcomeAllowed)
 	}
-	return ctx, nil
+	return ctx, nil, nil
 }

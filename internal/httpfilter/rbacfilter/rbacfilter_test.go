@@ -99,7 +99,7 @@ func runStep(t *testing.T, s httpfilter.Step, method string) codes.Code {
 	if s == nil {
 		return codes.OK
 	}
-	_, err := s.Run(context.Background(), httpfilter.RPC{Request: httpfilter.Request{FullMethod: method, Remote: netip.MustParseAddrPort("127.0.0.1:1"), Local: netip.MustParseAddrPort("127.0.0.1:2")}})
+	_, _, err := s.Run(context.Background(), httpfilter.RPC{Request: httpfilter.Request{FullMethod: method, Remote: netip.MustParseAddrPort("127.0.0.1:1"), Local: netip.MustParseAddrPort("127.0.0.1:2")}})
 	return status.Code(err)
 }
 
@@ -160,7 +160,7 @@ func TestDeniedMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _ := fs[0].Filter.BuildStep(fs[0].Name, fs[0].Config, nil)
-	_, err = s.Run(context.Background(), httpfilter.RPC{Request: httpfilter.Request{FullMethod: "/x"}})
+	_, _, err = s.Run(context.Background(), httpfilter.RPC{Request: httpfilter.Request{FullMethod: "/x"}})
 	st := status.Convert(err)
 	if st.Code() != codes.PermissionDenied || strings.Contains(st.Message(), "allow") || strings.Contains(st.Message(), "secret") {
 		t.Errorf("denied RPC status %v, want PERMISSION_DENIED naming no policy", st)
@@ -254,10 +254,10 @@ func TestSharedEnginesReceivedBytes(t *testing.T) {
 	}
 	for _, c := range []*Config{c1, c3} {
 		s, _ := Filter{}.BuildStep("rbac", c, nil)
-		if _, err := s.Run(context.Background(), rpc("/bytes")); err != nil {
+		if _, _, err := s.Run(context.Background(), rpc("/bytes")); err != nil {
 			t.Errorf("/bytes denied: %v", err)
 		}
-		if _, err := s.Run(context.Background(), rpc("/other")); status.Code(err) != codes.PermissionDenied {
+		if _, _, err := s.Run(context.Background(), rpc("/other")); status.Code(err) != codes.PermissionDenied {
 			t.Errorf("/other: %v, want PERMISSION_DENIED", err)
 		}
 	}

@@ -47,9 +47,9 @@ type Service struct {
 
 // Options configure a Group. Immutable once given.
 type Options struct {
-	// GRPCOptions are the user's server options; each grpc.Server also
-	// gets its chain's tap handle.
-	GRPCOptions []grpc.ServerOption
+	// GRPC are the user's server options; each grpc.Server also gets its
+	// chain's tap handle and interceptors (rpcpath.Chain.ServerOptions).
+	GRPC rpcpath.UserOptions
 	// Services are registered on every grpc.Server.
 	Services []Service
 	// DrainGrace is how long a drained connection keeps its RPCs after its
@@ -134,7 +134,7 @@ func NewGroup(o Options) *Group {
 		// The options' credentials were read the same way before the
 		// server was made: an error here is as unlikely, and costs only
 		// the count of RPCs for unregistered methods.
-		if has, err := grpccompat.HasUnknownServiceHandler(o.GRPCOptions); err == nil && !has {
+		if has, err := grpccompat.HasUnknownServiceHandler(o.GRPC.Options); err == nil && !has {
 			registered = registeredMethods(o.Services)
 		}
 	}
@@ -176,7 +176,7 @@ func (g *Group) NewChainServer(fc *filterchain.FilterChain, routes *rpcpath.Sour
 			cs.rpc.OnUnregistered(g.registered)
 		}
 	}
-	cs.grpcOpts = cs.rpc.ServerOptions(mesh, g.opts.GRPCOptions)
+	cs.grpcOpts = cs.rpc.ServerOptions(mesh, g.opts.GRPC)
 	g.mu.Lock()
 	g.servers[cs] = struct{}{}
 	g.mu.Unlock()

@@ -3,9 +3,10 @@ package rpcpath
 import (
 	"context"
 	"crypto/x509"
-	"errors"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
 	"github.com/proxyless-grpc/xds/internal/filterchain"
@@ -14,20 +15,29 @@ import (
 
 // Chain gives the gRPC servers of one filter chain's connections what the
 // chain's HTTP filters need (httpfilter.Needs): always the tap handle; the
-// interceptors that run the work steps leave for after the tap
-// (httpfilter.WithAfter) when a filter may leave some; and, when a filter
-// keeps per-connection state, a tap handle of each connection's own that
-// carries that state. A chain whose filters need neither gets exactly the
-// tap handle, shared by its connections. Immutable.
+// interceptors that run the work steps return for after the tap when a
+// filter may return some, ahead of every interceptor of the user's; and,
+// when a filter keeps per-connection state, a tap handle of each
+// connection's own that carries that state. A chain whose filters need
+// neither gets exactly the tap handle, shared by its connections.
+// Immutable.
 type Chain struct {
 	tap     *tapper // the shared handle (its conn is nil)
 	needs   httpfilter.Needs
 	localID bool // a filter reads the local identity
 }
 
-// NewChain returns the Chain of the filter chain named name, whose HTTP
-// filters are hcm's and whose RPCs route with what src holds when each
-// arrives. The filter list of an HttpConnectionManager comes with the
+// DefaultMaxRequestHeaderBytes bounds the request headers of the RPCs of a
+// filter chain whose HttpConnectionManager sets no max_request_headers_kb
+// and which runs a filter that copies the request into a call to another
+// service (httpfilter.SideCaller): Envoy's default, 60 KiB. gRPC's own
+// bound (16 MiB) is over what a default gRPC server takes in one message
+// (4 MiB), so a client could otherwise make the side call fail on purpose.
+const DefaultMaxRequestHeaderBytes = 60 << 10
+
+// NewChain returns the Chain of the filter chain named name, whose
+// HttpConnectionManager is hcm and whose RPCs route with what src holds when
+// each arrives. The filter list of an HttpConnectionManager comes with the
 // Listener and never changes under a chain, so what the chain needs is
 // known here, once.
 func NewChain(name string, hcm *filterchain.HTTPConnectionManager, src *Source) *Chain {
@@ -35,10 +45,17 @@ func NewChain(name string, hcm *filterchain.HTTPConnectionManager, src *Source) 
 	if hcm != nil {
 		c.needs = httpfilter.NeedsOf(hcm.Filters)
 		c.localID = httpfilter.UsesLocalIdentity(hcm.Filters)
-		c.tap.defers = c.needs.After
+		c.tap.maxHeaderBytes, c.tap.maxHeaders = hcm.MaxRequestHeaderBytes, hcm.MaxRequestHeaders
+		if c.tap.maxHeaderBytes == 0 && httpfilter.CallsOut(hcm.Filters) {
+			c.tap.maxHeaderBytes = DefaultMaxRequestHeaderBytes
+		}
 	}
 	return c
 }
+
+// MaxRequestHeaderBytes returns the bound of the size of the chain's
+// request headers (as Envoy counts it); 0 when only gRPC's own applies.
+func (c *Chain) MaxRequestHeaderBytes() int { return c.tap.maxHeaderBytes }
 
 // OnUnregistered has the function given to OnRefused also told of every
 // RPC the tap handles let through for a method that registered reports
@@ -71,27 +88,66 @@ func (c *Chain) OnRefused(f func(ctx context.Context, info *tap.Info, err error)
 	return c
 }
 
+// UserOptions are the user's grpc.ServerOptions, as the chains' servers
+// apply them: the single interceptors taken out of the rest
+// (grpccompat.SplitInterceptors), so that they run behind the chain's
+// filters.
+type UserOptions struct {
+	// Options are the user's options, without the ones that set Unary and
+	// Stream.
+	Options []grpc.ServerOption
+	// Unary and Stream are the user's grpc.UnaryInterceptor and
+	// grpc.StreamInterceptor; nil when not set.
+	Unary  grpc.UnaryServerInterceptor
+	Stream grpc.StreamServerInterceptor
+	// Unknown says why the options could not be read; Options are then the
+	// user's as given, and may set a single interceptor that gRPC would
+	// run before any other: chains whose filters may refuse an RPC after
+	// the tap refuse every RPC instead (Blocked).
+	Unknown error
+}
+
 // ServerOptions returns the options of the chain's servers built around
 // the user's: first outer (interceptors that must see every RPC the chain's
-// own refuse: the mesh metrics'); then, when the chain's filters leave work
-// for after the tap, the interceptors that run it (before the user's
-// chained interceptors; a grpc.UnaryInterceptor or grpc.StreamInterceptor
-// given by the user always runs first, by gRPC's rule); then user's
-// options; then the chain's tap handle, unless each connection gets one of
-// its own (ConnOptions). The result has no spare capacity, so appending to
-// it copies.
-func (c *Chain) ServerOptions(outer, user []grpc.ServerOption) []grpc.ServerOption {
-	opts := make([]grpc.ServerOption, 0, len(outer)+len(user)+3)
+// own refuse: the mesh metrics'); then, when the chain's filters may return
+// work, the interceptors that run it and the steps after it; then the
+// user's single interceptors, chained, and the rest of the user's options
+// (with their chained interceptors, which gRPC runs after the single
+// ones, as before); then the chain's tap handle, unless each connection
+// gets one of its own (ConnOptions). So no interceptor of the user's sees
+// an RPC the filters refuse, or its request headers before a filter
+// changed them. The result has no spare capacity, so appending to it
+// copies.
+//
+// When the user's options could not be read (user.Unknown) and the chain's
+// filters may return work, the chain's tap handles refuse every RPC with
+// UNAVAILABLE (Blocked reports it): a single interceptor of the user's could
+// run ahead of the filters.
+func (c *Chain) ServerOptions(outer []grpc.ServerOption, user UserOptions) []grpc.ServerOption {
+	if user.Unknown != nil && c.needs.After {
+		c.tap.blocked = status.Errorf(codes.Unavailable, "xds: filter chain %q: its HTTP filters may refuse RPCs after gRPC's tap handle, and the server cannot tell whether its grpc.ServerOptions set a grpc.UnaryInterceptor or grpc.StreamInterceptor, which would run first (%v)", c.tap.chain, user.Unknown)
+	}
+	opts := make([]grpc.ServerOption, 0, len(outer)+len(user.Options)+5)
 	opts = append(opts, outer...)
 	if c.needs.After {
 		opts = append(opts, grpc.ChainUnaryInterceptor(unaryAfter), grpc.ChainStreamInterceptor(streamAfter))
 	}
-	opts = append(opts, user...)
+	if user.Unary != nil {
+		opts = append(opts, grpc.ChainUnaryInterceptor(user.Unary))
+	}
+	if user.Stream != nil {
+		opts = append(opts, grpc.ChainStreamInterceptor(user.Stream))
+	}
+	opts = append(opts, user.Options...)
 	if !c.needs.ConnState {
 		opts = append(opts, grpc.InTapHandle(c.tap.handle))
 	}
 	return opts[:len(opts):len(opts)]
 }
+
+// Blocked returns why the chain's tap handles refuse every RPC (see
+// ServerOptions); nil when they do not.
+func (c *Chain) Blocked() error { return c.tap.blocked }
 
 // ConnOptions returns the options of the server of one new connection of
 // the chain, given what ServerOptions returned: opts itself, or, when the
@@ -116,49 +172,7 @@ func (c *Chain) connHandle() tap.ServerInHandle {
 	if !c.needs.ConnState {
 		return c.tap.handle
 	}
-	t := &tapper{chain: c.tap.chain, src: c.tap.src, localID: c.tap.localID, defers: c.tap.defers, refused: c.tap.refused, unregistered: c.tap.unregistered, conn: &httpfilter.ConnState{}}
+	t := *c.tap
+	t.conn = &httpfilter.ConnState{}
 	return t.handle
 }
-
-// unaryAfter runs the rest of the RPC's filter sequence that the tap left
-// (pipeline.go: the work a step left, the steps after it, the action
-// check), then the rest of the chain (the user's interceptors and the
-// handler) unless the sequence ended the RPC.
-func unaryAfter(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if r := resumeOf(ctx); r != nil {
-		var err error
-		if ctx, err = r.run(ctx); err != nil {
-			if errors.Is(err, httpfilter.ErrSkipHandler) {
-				return nil, nil
-			}
-			return nil, err
-		}
-	}
-	return handler(ctx, req)
-}
-
-// streamAfter is unaryAfter for streaming RPCs.
-func streamAfter(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if r := resumeOf(ss.Context()); r != nil {
-		ctx, err := r.run(ss.Context())
-		if err != nil {
-			if errors.Is(err, httpfilter.ErrSkipHandler) {
-				return nil
-			}
-			return err
-		}
-		if ctx != ss.Context() {
-			ss = &streamWithContext{ServerStream: ss, ctx: ctx}
-		}
-	}
-	return handler(srv, ss)
-}
-
-// streamWithContext is a stream whose handler sees another context (the
-// request headers a filter changed).
-type streamWithContext struct {
-	grpc.ServerStream
-	ctx context.Context
-}
-
-func (s *streamWithContext) Context() context.Context { return s.ctx }

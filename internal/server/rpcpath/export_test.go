@@ -1,10 +1,18 @@
 package rpcpath
 
-import "google.golang.org/grpc/tap"
+import (
+	"context"
+
+	"google.golang.org/grpc/tap"
+)
 
 // ConnTap returns the tap handle ConnOptions gives one new connection of c.
 func ConnTap(c *Chain) tap.ServerInHandle { return c.connHandle() }
 
-// UnaryAfter is the first interceptor of chains whose filters leave work
-// for after the tap.
+// UnaryAfter is the first interceptor of chains whose filters may return
+// work for after the tap.
 var UnaryAfter = unaryAfter
+
+// Continues reports whether the tap left the rest of the RPC's sequence in
+// ctx, for the first interceptor.
+func Continues(ctx context.Context) bool { return resumeOf(ctx) != nil }

@@ -261,13 +261,13 @@ func TestTapGlobalRateLimitAllocs(t *testing.T) {
 	if n := allowedAllocs(t, h, peerContext()); n != 0 {
 		t.Errorf("route without rate limits: the tap allocates %v times per RPC, want 0", n)
 	}
-	if ctx, err := h(peerContext(), tapInfo("svc", "/pkg.S/M")); err != nil || httpfilter.AfterOf(ctx) != nil {
-		t.Errorf("route without rate limits: %v, work left %v; want OK and none", err, httpfilter.AfterOf(ctx))
+	if ctx, err := h(peerContext(), tapInfo("svc", "/pkg.S/M")); err != nil || rpcpath.Continues(ctx) {
+		t.Errorf("route without rate limits: %v, sequence continues after the tap %v; want OK and no", err, rpcpath.Continues(ctx))
 	}
 	generic := &routepb.RateLimit_Action{ActionSpecifier: &routepb.RateLimit_Action_GenericKey_{GenericKey: &routepb.RateLimit_Action_GenericKey{DescriptorValue: "v"}}}
 	hcm, p = hcmWith(t, "rl", globalRateLimit(&routepb.RateLimit{Actions: []*routepb.RateLimit_Action{generic}}))
 	ctx, err := filterTap(t, hcm, p)(peerContext(), tapInfo("svc", "/pkg.S/M"))
-	if err != nil || httpfilter.AfterOf(ctx) == nil {
-		t.Errorf("route with rate limits: %v, work left %v; want OK and the call left for after the tap", err, httpfilter.AfterOf(ctx))
+	if err != nil || !rpcpath.Continues(ctx) {
+		t.Errorf("route with rate limits: %v, sequence continues after the tap %v; want OK and the call left for after the tap", err, rpcpath.Continues(ctx))
 	}
 }

@@ -6,4 +6,10 @@ import (
 	"github.com/proxyless-grpc/xds/internal/testutils"
 )
 
-func TestMain(m *testing.M) { testutils.VerifyNoLeaks(m) }
+// logs records what the package logs, for the tests that check a line.
+var logs *testutils.Logs
+
+func TestMain(m *testing.M) {
+	logs = testutils.InstallLogs(false)
+	testutils.VerifyNoLeaks(m)
+}

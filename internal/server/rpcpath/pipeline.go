@@ -2,117 +2,168 @@ package rpcpath
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync/atomic"
+	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
-	"github.com/proxyless-grpc/xds/internal/httpfilter/handoff"
-	"github.com/proxyless-grpc/xds/internal/routing"
+	"github.com/proxyless-grpc/xds/internal/metrics"
+	"github.com/proxyless-grpc/xds/internal/server/serverlog"
 )
 
 // The filters of an RPC run as one sequence, in http_filters order (gRFC
 // A39), each seeing the RPC as the ones before it left it, and each only if
-// they let it through. The sequence starts in gRPC's tap handle, which must
+// they let it through, after the route's action check (gRFC A36, in the tap
+// handle, rpcpath.go). The sequence starts in gRPC's tap handle, which must
 // not block, and moves to the RPC's own goroutine at the first step that
-// leaves work for after the tap (httpfilter.WithAfter):
+// returns work (httpfilter.After), as Envoy's filter manager resumes
+// iteration after a filter that stopped it:
 //
 //	tap handle (the connection's reader goroutine)
-//	  step 1 … step k            run here while none leaves work
-//	  step k leaves work      →  the sequence stops; a resume is put in the context
+//	  step 1 … step k            run here while none returns work
+//	  step k returns work     →  stop; the sequence, at k+1 with k's work pending, goes in the context
 //	first interceptor (the RPC's goroutine: unaryAfter, streamAfter)
 //	  step k's work              may block (ext_authz's Check, a fault delay),
 //	                             may refuse the RPC or change its request headers
-//	  step k+1 … step n          on the headers as changed; work one leaves runs at once
-//	  the route's action check   (gRFC A36: UNAVAILABLE unless non_forwarding_action)
-//	user's interceptors, handler
+//	  step k+1 … step n          on the headers as changed; work one returns runs at once
+//	user's interceptors (single and chained), handler
 //
-// So no step decides on an RPC an earlier step's work would refuse, or on
-// headers that work is about to change: with [ext_authz, rbac], RBAC judges
-// the headers the authorization server left and only RPCs it allowed; with
-// [ext_authz, local_ratelimit], a refused RPC spends no token. Chains
-// whose filters never leave work (Needs.After false) run everything in the
-// tap, allocation-free, exactly as before.
+// One loop (sequence.run) runs both halves: the tap runs it until it stops,
+// the interceptor from where it stopped. What a step leaves is its return
+// value; the request headers are read again whenever a step or its work
+// returns a new context (the one way a filter changes them: new incoming
+// metadata), so each step sees what the steps before it left. A panic in a
+// step or its work, and work returned by a filter that did not declare
+// Needs.After, fail the RPC with INTERNAL, logged with the filter's name
+// and counted; never the process, and never an RPC that goes on without
+// the work. Chains whose filters never return work (Needs.After false)
+// run everything in the tap, allocation-free.
 
-// runSteps runs the steps of route for one RPC in the tap handle, then the
-// route's action check (actionCheck) if every step ran there. defers says whether a step may leave
-// work; when one does, the rest of the sequence is put in the returned
-// context for the first interceptor (resumeOf).
-func runSteps(ctx context.Context, rpc httpfilter.RPC, steps []httpfilter.Step, defers bool, rt *Routes, route *routing.Route) (context.Context, error) {
-	// The work in ctx before the steps: a step that leaves none leaves it
-	// as it is, so one reading serves every step up to the first that does.
-	var since *handoff.Deferred
-	if defers {
-		since = handoff.DeferredOf(ctx)
-	}
-	for i, s := range steps {
-		var err error
-		if ctx, err = s.Run(ctx, rpc); err != nil {
+// stage is one filter instance's step on a route. Comparable.
+type stage struct {
+	step   httpfilter.Step
+	filter *filterInfo
+}
+
+// filterInfo is what the pipeline knows of one filter instance of a
+// chain's routes, shared by its stages on every route of one build.
+type filterInfo struct {
+	name    string            // immutable
+	mayWait bool              // the filter reports Needs.After; immutable
+	metrics *metrics.Listener // counts the filter's errors; nil: not counted; immutable
+	// lastLog is when the pipeline last logged an error of the filter
+	// (Unix nanoseconds): one line per filter per logEvery, however many
+	// RPCs fail.
+	lastLog atomic.Int64
+}
+
+// logEvery bounds how often the pipeline logs the errors of one filter.
+const logEvery = 10 * time.Second
+
+// sequence is one RPC's way through its route's stages. Made per RPC, on
+// the tap's stack unless a step stops it there.
+type sequence struct {
+	stages  []stage
+	next    int              // the stage to run next
+	pending httpfilter.After // work the stage before next returned and has not run
+	rpc     httpfilter.RPC   // Header as the stages before next left it
+}
+
+// errStopped is sequence.run's report, in the tap, that a stage returned
+// work: the rest runs on the RPC's goroutine.
+var errStopped = errors.New("rpcpath: the sequence continues after the tap")
+
+// run runs the sequence from where it stands: first the pending work, then
+// the stages from next on. In the tap (inTap), it stops at the first stage
+// that returns work, with that work pending, and returns errStopped; on
+// the RPC's goroutine it runs the work where it is returned. It returns the
+// context the rest of the RPC sees, or the error that ends the RPC.
+func (q *sequence) run(ctx context.Context, inTap bool) (out context.Context, err error) {
+	running := q.next - 1 // the stage whose code runs, for a panic
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = ctx, q.stages[running].filter.failed(ctx, metrics.ReasonPanic, fmt.Sprintf("panicked (%v)", r), debug.Stack())
+		}
+	}()
+	if w := q.pending; w != nil {
+		q.pending = nil
+		if ctx, err = w.RunAfter(ctx); err != nil {
 			return ctx, err
 		}
-		if !defers {
-			continue
-		}
-		if head := handoff.DeferredOf(ctx); head != since {
-			r := &resume{since: since, head: head, rest: steps[i+1:], rpc: rpc, final: actionCheck(rt, route)}
-			// gRPC's header map is not kept past the tap: the steps after
-			// read the request headers from the RPC's context.
-			r.rpc.Header = nil
-			return context.WithValue(ctx, resumeKey{}, r), nil
-		}
+		// gRPC keeps no header map past the tap: after the move, the
+		// headers are the context's.
+		q.rpc.Header = incoming(ctx)
 	}
-	return ctx, actionCheck(rt, route)
-}
-
-// resume is the rest of an RPC's filter sequence after the step that left
-// work for after the tap. Made per RPC, used once.
-type resume struct {
-	since, head *handoff.Deferred // the work the step left: after since, up to head
-	rest        []httpfilter.Step // the steps after it
-	rpc         httpfilter.RPC    // the request view; Header is read again
-	final       error             // the route's action check: nil, or its refusal
-}
-
-type resumeKey struct{}
-
-// resumeOf returns the rest of the RPC's sequence; nil when it ran whole
-// in the tap.
-func resumeOf(ctx context.Context) *resume {
-	r, _ := ctx.Value(resumeKey{}).(*resume)
-	return r
-}
-
-// run runs, on the RPC's goroutine, the work that stopped the sequence in
-// the tap, then the remaining steps, then the action check. It returns the
-// context the user's interceptors and handler get (with the request headers
-// the work changed) or the error that ends the RPC (httpfilter.ErrSkipHandler
-// ends it with OK).
-func (r *resume) run(ctx context.Context) (context.Context, error) {
-	ctx, err := handoff.RunSince(ctx, r.head, r.since)
-	if err != nil {
-		return ctx, err
-	}
-	if len(r.rest) == 0 {
-		return ctx, r.final
-	}
-	rpc := r.rpc
-	rpc.Header = incoming(ctx)
-	since := handoff.DeferredOf(ctx) // r.head, unless the work's context lost it
-	for _, s := range r.rest {
-		if ctx, err = s.Run(ctx, rpc); err != nil {
+	for q.next < len(q.stages) {
+		running = q.next
+		st := q.stages[running]
+		q.next++
+		in := ctx
+		var w httpfilter.After
+		if ctx, w, err = st.step.Run(ctx, q.rpc); err != nil {
 			return ctx, stepError(err)
 		}
-		if head := handoff.DeferredOf(ctx); head != since {
-			if ctx, err = handoff.RunSince(ctx, head, since); err != nil {
+		if w != nil {
+			if !st.filter.mayWait {
+				return ctx, st.filter.failed(ctx, metrics.ReasonUndeclaredWork, "returned work for after the tap without declaring Needs.After", nil)
+			}
+			if inTap {
+				q.pending = w
+				return ctx, errStopped
+			}
+			if ctx, err = w.RunAfter(ctx); err != nil {
 				return ctx, err
 			}
-			since = head
-			// The work may have changed the request headers.
-			rpc.Header = incoming(ctx)
+		}
+		if ctx != in {
+			q.rpc.Header = incoming(ctx)
 		}
 	}
-	return ctx, r.final
+	return ctx, nil
+}
+
+// failed counts and logs (at most once per logEvery, with stack when there
+// is one) an RPC that the filter failed because its own code broke, and
+// returns the RPC's INTERNAL status, which names the filter and nothing
+// else.
+func (f *filterInfo) failed(ctx context.Context, reason, what string, stack []byte) error {
+	f.metrics.FilterError(ctx, f.name, reason)
+	now := time.Now().UnixNano()
+	if last := f.lastLog.Load(); now-last >= int64(logEvery) && f.lastLog.CompareAndSwap(last, now) {
+		serverlog.Component.Errorf("xds: HTTP filter %q %s; the RPC fails with INTERNAL (more failures of this filter in the next %v are counted in %s, not logged)\n%s", f.name, what, logEvery, metrics.FilterErrors, stack)
+	}
+	return status.Errorf(codes.Internal, "xds: HTTP filter %q failed", f.name)
+}
+
+// runInTap runs an RPC's stages in the tap handle. When a stage returns
+// work, the rest of the sequence goes in the returned context, for the
+// first interceptor (resumeOf).
+func runInTap(ctx context.Context, rpc httpfilter.RPC, stages []stage) (context.Context, error) {
+	q := sequence{stages: stages, rpc: rpc}
+	ctx, err := q.run(ctx, true)
+	if err != errStopped {
+		return ctx, err
+	}
+	rest := new(sequence)
+	*rest = q
+	rest.rpc.Header = nil // gRPC's map, which is not kept past the tap
+	return context.WithValue(ctx, sequenceKey{}, rest), nil
+}
+
+type sequenceKey struct{}
+
+// resumeOf returns the rest of the RPC's sequence; nil when it ran whole in
+// the tap.
+func resumeOf(ctx context.Context) *sequence {
+	q, _ := ctx.Value(sequenceKey{}).(*sequence)
+	return q
 }
 
 // incoming returns the request headers of ctx as the steps see them.
@@ -124,13 +175,55 @@ func incoming(ctx context.Context) httpfilter.Headers {
 	return md
 }
 
-// stepError is what a step's error fails the RPC with when the step runs
-// after the tap: what gRPC makes of it in the tap (a status error keeps its
-// code, any other error is PERMISSION_DENIED), so a step refuses an RPC the
-// same way wherever it runs.
+// stepError is what a step's error fails the RPC with: what gRPC makes of
+// a tap handle's error (a status error keeps its code, any other error is
+// PERMISSION_DENIED), so a step refuses an RPC the same way wherever it
+// runs.
 func stepError(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
 	return status.Error(codes.PermissionDenied, err.Error())
 }
+
+// unaryAfter runs the rest of the RPC's filter sequence that the tap left,
+// then the rest of the chain (the user's interceptors and the handler)
+// unless the sequence ended the RPC.
+func unaryAfter(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if q := resumeOf(ctx); q != nil {
+		var err error
+		if ctx, err = q.run(ctx, false); err != nil {
+			if errors.Is(err, httpfilter.ErrSkipHandler) {
+				return nil, nil
+			}
+			return nil, err
+		}
+	}
+	return handler(ctx, req)
+}
+
+// streamAfter is unaryAfter for streaming RPCs.
+func streamAfter(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if q := resumeOf(ss.Context()); q != nil {
+		ctx, err := q.run(ss.Context(), false)
+		if err != nil {
+			if errors.Is(err, httpfilter.ErrSkipHandler) {
+				return nil
+			}
+			return err
+		}
+		if ctx != ss.Context() {
+			ss = &streamWithContext{ServerStream: ss, ctx: ctx}
+		}
+	}
+	return handler(srv, ss)
+}
+
+// streamWithContext is a stream whose handler sees another context (the
+// request headers a filter changed).
+type streamWithContext struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *streamWithContext) Context() context.Context { return s.ctx }

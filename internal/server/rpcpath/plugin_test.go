@@ -60,13 +60,13 @@ func (s *tallyStep) WithCounter(c httpfilter.Counter) httpfilter.Step {
 	return &tallyStep{prefix: s.prefix, c: c}
 }
 
-func (s *tallyStep) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, error) {
+func (s *tallyStep) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, httpfilter.After, error) {
 	if strings.HasPrefix(rpc.FullMethod, s.prefix) {
 		s.c.Count(ctx, 0)
-		return ctx, nil
+		return ctx, nil, nil
 	}
 	s.c.Count(ctx, 1)
-	return ctx, status.Error(codes.PermissionDenied, "tally: refused")
+	return ctx, nil, status.Error(codes.PermissionDenied, "tally: refused")
 }
 
 // TestPluginFilterCounted: a filter that is not built in registers with one

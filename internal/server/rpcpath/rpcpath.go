@@ -1,23 +1,25 @@
 // Package rpcpath is the per-RPC path of an xDS server (gRFC A36, A28, A39):
 // for each RPC, in gRPC's tap handle, it picks the virtual host by
-// :authority and the route by path and headers, runs the filter chain's HTTP
-// filter steps, and lets the RPC through only on a non_forwarding_action
-// route. Everything it reads was prepared when the configuration was
-// applied: an RPC costs one atomic load, the route match and the steps, with
-// no lock and no map shared by all RPCs.
+// :authority and the route by path and headers, refuses the RPC unless the
+// route's action is non_forwarding_action, and runs the filter chain's HTTP
+// filter steps. Everything it reads was prepared when the configuration was
+// applied: an RPC costs one atomic load, the route match and the steps,
+// with no lock and no map shared by all RPCs.
 //
 // Read this file top to bottom: Tap (the handle), then Routes (what it reads)
 // and Source (where it reads it from). pipeline.go runs an RPC's filter
 // steps as one sequence, from the tap to the RPC's goroutine when a step
-// leaves work for after the tap. steps.go builds the filter steps;
-// chain.go gives a filter chain's gRPC servers their options: the tap
-// handle and, when the chain's filters leave work for after the tap, the
-// interceptors that run it.
+// returns work that decides later. routes.go builds the routes' steps,
+// counts.go wires the filters' outcome counts, chain.go gives a filter
+// chain's gRPC servers their options: the tap handle and, when the chain's
+// filters may return work, the interceptors that run it, ahead of the
+// user's.
 package rpcpath
 
 import (
 	"context"
 	"crypto/x509"
+	"encoding/base64"
 	"fmt"
 	"net"
 	"net/netip"
@@ -26,6 +28,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
@@ -57,9 +60,13 @@ type tapper struct {
 	// localID returns the chain's identity certificate, for the filters
 	// that read it (httpfilter.LocalIdentityUser); nil when none does.
 	localID func() *x509.Certificate
-	// defers: a filter of the chain may leave work for after the tap
-	// (httpfilter.Needs.After), which holds back the steps after it.
-	defers bool
+	// maxHeaderBytes and maxHeaders bound the request's headers, their
+	// size and their number (headerList); 0 for no bound but gRPC's own.
+	maxHeaderBytes, maxHeaders int
+	// blocked, when set, refuses every RPC: the chain's filters may refuse
+	// RPCs after the tap, and the server cannot tell whether a user's
+	// interceptor would run before them (UserOptions.Unknown).
+	blocked error
 	// refused, if set, is told of every RPC the handle refuses (gRPC
 	// reports no end for them to its stats handlers).
 	refused func(ctx context.Context, info *tap.Info, err error)
@@ -97,14 +104,31 @@ func (t *tapper) route(ctx context.Context, info *tap.Info) (context.Context, er
 	if !wellFormedMethod(info.FullMethodName) {
 		return ctx, status.Errorf(codes.Unimplemented, "xds: malformed method name %q", info.FullMethodName)
 	}
-	// 2. The chain's current routes: an inline RouteConfiguration, or the
+	if t.blocked != nil {
+		return ctx, t.blocked
+	}
+	// 2. Request headers over the chain's bounds are refused before anything
+	// reads them, as Envoy's HTTP codec refuses them (max_request_headers_kb,
+	// max_headers_count): no filter copies more into a side call. Envoy
+	// resets such a stream with INTERNAL_ERROR, which a gRPC client reports
+	// as INTERNAL (and gRPC maps HTTP's 431 to INTERNAL): the same code here.
+	if t.maxHeaderBytes > 0 || t.maxHeaders > 0 {
+		n, size := headerList(info.FullMethodName, info.Header)
+		switch {
+		case t.maxHeaderBytes > 0 && size > t.maxHeaderBytes:
+			return ctx, status.Errorf(codes.Internal, "xds: request headers of %d bytes exceed the filter chain's limit of %d bytes (max_request_headers_kb)", size, t.maxHeaderBytes)
+		case t.maxHeaders > 0 && n > t.maxHeaders:
+			return ctx, status.Errorf(codes.Internal, "xds: %d request headers exceed the filter chain's limit of %d (max_headers_count)", n, t.maxHeaders)
+		}
+	}
+	// 3. The chain's current routes: an inline RouteConfiguration, or the
 	// last answer for its RDS resource (gRFC A36: a missing or broken one
 	// fails every RPC).
 	rt := t.src.Load()
 	if rt.err != nil {
 		return ctx, status.Errorf(codes.Unavailable, "xds: filter chain %q: %v", t.chain, rt.err)
 	}
-	// 3. Virtual host by :authority, route by path and headers (gRFC A28).
+	// 4. Virtual host by :authority, route by path and headers (gRFC A28).
 	var authority string
 	if a := info.Header[":authority"]; len(a) > 0 {
 		authority = a[0]
@@ -113,32 +137,57 @@ func (t *tapper) route(ctx context.Context, info *tap.Info) (context.Context, er
 	if !ok {
 		return ctx, status.Errorf(codes.Unavailable, "xds: RouteConfiguration %q has no virtual host and route matching authority %q and method %q", rt.router.Name(), authority, info.FullMethodName)
 	}
-	// 4. The chain's HTTP filters (gRFC A39), their configs merged with the
-	// route's overrides when the routes were applied, in order, then (5.)
-	// the action check (gRFC A36): one sequence, which moves to the RPC's
-	// goroutine at the first step that leaves work for after the tap
-	// (pipeline.go). The router is the last filter; its work is the route
-	// match above and the action check.
-	steps := rt.stepsOf(route)
-	if len(steps) == 0 {
-		return ctx, actionCheck(rt, route)
+	// 5. The route's action (gRFC A36): only non_forwarding_action serves
+	// RPCs, and the others are refused before any filter acts: no side call,
+	// no token, no header sent anywhere.
+	if route.Action != routing.ActionNonForwarding {
+		return ctx, status.Errorf(codes.Unavailable, "xds: RouteConfiguration %q, virtual host %q, route %d %q: action is %v, not non_forwarding_action", rt.router.Name(), route.VirtualHost, route.Index, route.Name, route.Action)
+	}
+	// 6. The chain's HTTP filters (gRFC A39), their configs merged with the
+	// route's overrides when the routes were applied, in order: one
+	// sequence, which moves to the RPC's goroutine at the first step that
+	// returns work (pipeline.go). The router is the last filter; its work
+	// is the route match and the action check above.
+	stages := rt.stagesOf(route)
+	if len(stages) == 0 {
+		return ctx, nil
 	}
 	rpc := rpcInfo(ctx, info, authority)
 	rpc.Conn = t.conn
 	if t.localID != nil {
 		ctx = httpfilter.WithLocalIdentity(ctx, t.localID)
 	}
-	return runSteps(ctx, rpc, steps, t.defers, rt, route)
+	return runInTap(ctx, rpc, stages)
 }
 
-// actionCheck is the end of an RPC's filter sequence (gRFC A36): a route
-// whose action is not non_forwarding_action fails the RPCs that reach it
-// with UNAVAILABLE.
-func actionCheck(rt *Routes, route *routing.Route) error {
-	if route.Action == routing.ActionNonForwarding {
-		return nil
+// consumedHeaders are the headers of every gRPC request that gRPC's server
+// takes before the tap, leaving them out of the request's metadata
+// (:method, :scheme, te), as Envoy counts them: their number, and their
+// names and values in bytes.
+const (
+	consumedHeaders     = 3
+	consumedHeaderBytes = len(":method") + len("POST") + len(":scheme") + len("http") + len("te") + len("trailers")
+)
+
+// headerList returns the number of the request's headers and their size as
+// Envoy counts them against max_headers_count and max_request_headers_kb:
+// each name and value, pseudo-headers included (:path, :authority), every
+// value of a name on its own; a binary ("-bin") value counts as its base64
+// form on the wire.
+func headerList(method string, h metadata.MD) (n, size int) {
+	n, size = consumedHeaders+1, consumedHeaderBytes+len(":path")+len(method)
+	for k, vs := range h {
+		bin := strings.HasSuffix(k, "-bin")
+		for _, v := range vs {
+			l := len(v)
+			if bin {
+				l = base64.RawStdEncoding.EncodedLen(l)
+			}
+			n++
+			size += len(k) + l
+		}
 	}
-	return status.Errorf(codes.Unavailable, "xds: RouteConfiguration %q, virtual host %q, route %d %q: action is %v, not non_forwarding_action", rt.router.Name(), route.VirtualHost, route.Index, route.Name, route.Action)
+	return n, size
 }
 
 // wellFormedMethod reports whether m is "/service/method", as gRPC's
@@ -188,9 +237,9 @@ func addrPort(a net.Addr) netip.AddrPort {
 // router of its RouteConfiguration and, for every route, the steps of the
 // chain's HTTP filters there; or the reason there are no routes. Immutable.
 type Routes struct {
-	router *routing.Router     // nil when err is set
-	steps  [][]httpfilter.Step // by Route.ID; nil when no route has a step
-	err    error               // why RPCs fail with UNAVAILABLE
+	router *routing.Router // nil when err is set
+	stages [][]stage       // by Route.ID; nil when no route has a step
+	err    error           // why RPCs fail with UNAVAILABLE
 }
 
 // Unavailable returns Routes that fail every RPC with UNAVAILABLE and err's
@@ -204,12 +253,12 @@ func (r *Routes) Router() *routing.Router { return r.router }
 // Err returns why every RPC fails; nil when there is a router.
 func (r *Routes) Err() error { return r.err }
 
-// stepsOf returns the steps to run on route. It does not allocate.
-func (r *Routes) stepsOf(route *routing.Route) []httpfilter.Step {
-	if r.steps == nil {
+// stagesOf returns the steps to run on route. It does not allocate.
+func (r *Routes) stagesOf(route *routing.Route) []stage {
+	if r.stages == nil {
 		return nil
 	}
-	return r.steps[route.ID]
+	return r.stages[route.ID]
 }
 
 // Problem describes why routes of router, or err when there is no router,

@@ -2,122 +2,14 @@ package rpcpath
 
 import (
 	"context"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
-	"github.com/proxyless-grpc/xds/internal/filterchain"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/metrics"
-	"github.com/proxyless-grpc/xds/internal/routing"
 )
-
-// NewRoutes returns the Routes of a filter chain whose HttpConnectionManager
-// is hcm and whose RouteConfiguration compiled to router: for every route,
-// the steps of hcm's filters, each filter instance's config merged with the
-// route's override (gRFC A39: when the routes are applied, not per RPC).
-// Filters that are disabled on a route, or have nothing to do there, are
-// left out. Identical (instance, config, override) triples share one step,
-// and routes with the same steps share one slice. A step that fails to build
-// fails its route's RPCs with UNAVAILABLE: fail closed, never open. obs, if
-// not nil, counts the outcomes of the steps of filters that count them
-// (httpfilter.CountingFilter: RBAC decisions, RPCs a local rate limit
-// refuses), in the listener's metrics and for the status page, as each
-// filter's httpfilter.Outcomes says.
-//
-// Steps that keep state across updates (token buckets) find it in obs's
-// filter state, the Listener's (the process-wide one without obs), under
-// their filter instance's name and config: routes built again for an
-// unchanged config, for a Listener or an RDS update, share the state of the
-// routes they replace.
-func NewRoutes(router *routing.Router, hcm *filterchain.HTTPConnectionManager, obs *ListenerShared) *Routes {
-	rt := &Routes{router: router}
-	routes := router.Routes()
-	memo := make(map[stepKey]httpfilter.Step)
-	var prev []httpfilter.Step
-	for _, route := range routes {
-		var steps []httpfilter.Step
-		for _, in := range hcm.Filters {
-			override := route.FilterOverrides[in.Name]
-			if !in.Active(override) {
-				continue
-			}
-			if s := buildStep(memo, in, override, route, obs); s != nil {
-				steps = append(steps, s)
-			}
-		}
-		if len(steps) == 0 {
-			continue
-		}
-		if rt.steps == nil {
-			rt.steps = make([][]httpfilter.Step, len(routes))
-		}
-		if sameSteps(steps, prev) {
-			steps = prev
-		}
-		rt.steps[route.ID], prev = steps, steps
-	}
-	return rt
-}
-
-// stepKey identifies a step by its inputs, when they are comparable.
-type stepKey struct {
-	name             string
-	config, override httpfilter.Config
-	route            httpfilter.RouteInfo // for a RouteFilter only
-}
-
-func buildStep(memo map[stepKey]httpfilter.Step, in httpfilter.Instance, override httpfilter.Config, route *routing.Route, obs *ListenerShared) httpfilter.Step {
-	key := stepKey{name: in.Name, config: in.Config, override: override}
-	rf, readsRoute := in.Filter.(httpfilter.RouteFilter)
-	if readsRoute {
-		key.route = httpfilter.RouteInfo{Metadata: route.Metadata, VirtualHostRateLimits: route.VirtualHostRateLimits}
-	}
-	comparable := isComparable(in.Config) && isComparable(override)
-	if comparable {
-		if s, ok := memo[key]; ok {
-			return s
-		}
-	}
-	var s httpfilter.Step
-	var err error
-	if sf, ok := in.Filter.(httpfilter.StatefulFilter); ok {
-		s, err = sf.BuildStatefulStep(obs.filterState(), in.Name, in.Config, override)
-	} else if readsRoute {
-		s, err = rf.BuildRouteStep(in.Name, in.Config, override, key.route)
-	} else {
-		s, err = in.Filter.BuildStep(in.Name, in.Config, override)
-	}
-	if err != nil {
-		s = failStep{err: status.Errorf(codes.Unavailable, "xds: HTTP filter %q: %v", in.Name, err)}
-	}
-	s = obs.counted(in, s)
-	if comparable {
-		memo[key] = s
-	}
-	return s
-}
-
-func isComparable(c httpfilter.Config) bool {
-	return c == nil || reflect.ValueOf(c).Comparable()
-}
-
-func sameSteps(a, b []httpfilter.Step) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
 
 // ListenerShared is what the routes of one listener share, across its filter
 // chains and configuration updates: the counters of the outcomes its HTTP
@@ -133,6 +25,14 @@ type ListenerShared struct {
 	// state is the listener's filter state (gRFC A83): token buckets kept
 	// across updates. The zero value is ready.
 	state httpfilter.State
+}
+
+// metrics returns the listener's recorder; nil for a nil o.
+func (o *ListenerShared) metrics() *metrics.Listener {
+	if o == nil {
+		return nil
+	}
+	return o.Metrics
 }
 
 // filterState returns the listener's filter state; nil (the process-wide
@@ -257,11 +157,4 @@ func (d *Counts) Snapshot() []FilterCount {
 		return strings.Compare(a.Filter, b.Filter)
 	})
 	return out
-}
-
-// failStep fails every RPC of its route with err.
-type failStep struct{ err error }
-
-func (s failStep) Run(ctx context.Context, _ httpfilter.RPC) (context.Context, error) {
-	return ctx, s.err
 }

@@ -80,6 +80,10 @@ func (Filter) IsTerminal() bool { return false }
 // Needs implements httpfilter.NeedsReporter: the call runs after the tap.
 func (Filter) Needs() httpfilter.Needs { return httpfilter.Needs{After: true} }
 
+// CallsOut implements httpfilter.SideCaller: descriptors built from the
+// request go to the rate limit service.
+func (Filter) CallsOut() bool { return true }
+
 // Outcomes implements httpfilter.CountingFilter.
 func (Filter) Outcomes() *httpfilter.Outcomes { return outcomes }
 

@@ -54,9 +54,9 @@ func (s *step) count(ctx context.Context, outcome int) {
 // Run builds the RPC's descriptors in the tap handle; the call is left for
 // after it. An RPC that yields no descriptor is let through without a call
 // and counts nothing, as in Envoy.
-func (s *step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, error) {
+func (s *step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, httpfilter.After, error) {
 	if !s.cfg.enabled.Hit() {
-		return ctx, nil
+		return ctx, nil, nil
 	}
 	req := ratelimitdesc.Request{Request: rpc.Request, RouteMetadata: s.route.Metadata, LocalCluster: s.cfg.localCluster}
 	var ds []ratelimitdesc.Descriptor
@@ -64,28 +64,27 @@ func (s *step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, er
 		ds = p.p.Descriptors(ds, s.cfg.stage, p.anyStage, req)
 	}
 	if len(ds) == 0 {
-		return ctx, nil
+		return ctx, nil, nil
 	}
-	return httpfilter.WithAfter(ctx, &call{step: s, descriptors: ds}), nil
+	return ctx, &call{step: s, descriptors: ds}, nil
 }
 
 // call is one RPC's ShouldRateLimit, run after the tap handle on the RPC's
-// goroutine (httpfilter.ContextAfter).
+// goroutine (httpfilter.After).
 type call struct {
 	step        *step
 	descriptors []ratelimitdesc.Descriptor
 }
 
-// RunAfter implements httpfilter.After.
-func (c *call) RunAfter(ctx context.Context) error {
-	_, err := c.RunAfterContext(ctx)
-	return err
-}
-
-// RunAfterContext asks the rate limit service and applies its answer: the
-// context it returns carries the request headers the service added.
-func (c *call) RunAfterContext(ctx context.Context) (context.Context, error) {
+// RunAfter implements httpfilter.After: it asks the rate limit service and
+// applies its answer; the context it returns carries the request headers
+// the service added.
+func (c *call) RunAfter(ctx context.Context) (context.Context, error) {
 	s, cfg := c.step, c.step.cfg
+	req := c.request()
+	if err := c.sendable(req); err != nil {
+		return c.refused(ctx, err)
+	}
 	callCtx := ctx
 	if t := callTimeout(cfg.timeout, cfg.service.Timeout); t > 0 {
 		var cancel context.CancelFunc
@@ -99,7 +98,10 @@ func (c *call) RunAfterContext(ctx context.Context) (context.Context, error) {
 	if cfg.service.Metadata != nil {
 		callCtx = metadata.NewOutgoingContext(callCtx, cfg.service.Metadata)
 	}
-	resp, err := rlspb.NewRateLimitServiceClient(cc).ShouldRateLimit(callCtx, c.request())
+	resp, err := rlspb.NewRateLimitServiceClient(cc).ShouldRateLimit(callCtx, req)
+	if refused := grpcservice.RequestRefused(err); refused != nil {
+		return c.refused(ctx, refused)
+	}
 	if err != nil {
 		return c.failed(ctx, fmt.Errorf("ShouldRateLimit to %q: %w", cfg.service.Target, err))
 	}
@@ -159,6 +161,30 @@ func (c *call) request() *rlspb.RateLimitRequest {
 		r.Descriptors[i] = pd
 	}
 	return r
+}
+
+// sendable returns why req, the RPC's RateLimitRequest, cannot be sent
+// (grpcservice.ErrUnsendable); nil when it can. Descriptor values may hold
+// the RPC's own bytes (its :authority, path or a header); the rest is the
+// server's configuration.
+func (c *call) sendable(req *rlspb.RateLimitRequest) error {
+	for _, d := range c.descriptors {
+		for _, e := range d.Entries {
+			if err := grpcservice.CheckString("descriptor entry "+e.Key, e.Value); err != nil {
+				return err
+			}
+		}
+	}
+	return grpcservice.CheckSize(req)
+}
+
+// refused ends a call whose request the RPC made impossible to send: the
+// RPC fails with status_on_error's code, whatever failure_mode_deny says:
+// the client, not the rate limit service, made the call fail, and must not
+// choose its outcome.
+func (c *call) refused(ctx context.Context, why error) (context.Context, error) {
+	c.step.count(ctx, outcomeError)
+	return ctx, status.Errorf(c.step.cfg.errorCode, "ratelimit: the RPC is refused: %v", why)
 }
 
 // failed ends a call that got no answer: the RPC goes on unless

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
-	globalratelimit "github.com/proxyless-grpc/xds/internal/httpfilter/ratelimit"
+	globalratelimit "github.com/proxyless-grpc/xds/internal/httpfilter/globalratelimit"
 	"github.com/proxyless-grpc/xds/internal/ratelimitdesc"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/typedconfig"
