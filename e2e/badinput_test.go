@@ -278,6 +278,12 @@ func badInputCases() []badCase {
 		{name: "xff_num_trusted_hops", mutate: withHCM(func(_ *testing.T, h *hcmpb.HttpConnectionManager) {
 			h.XffNumTrustedHops = 1
 		}), want: []string{"xff_num_trusted_hops"}},
+		{name: "max_request_headers_kb out of Envoy's range", mutate: withHCM(func(_ *testing.T, h *hcmpb.HttpConnectionManager) {
+			h.MaxRequestHeadersKb = wrapperspb.UInt32(9000)
+		}), want: []string{"max_request_headers_kb", "9000"}},
+		{name: "max_headers_count 0", mutate: withHCM(func(_ *testing.T, h *hcmpb.HttpConnectionManager) {
+			h.CommonHttpProtocolOptions = &corepb.HttpProtocolOptions{MaxHeadersCount: wrapperspb.UInt32(0)}
+		}), want: []string{"max_headers_count"}},
 		{name: "original_ip_detection_extensions", mutate: withHCM(func(_ *testing.T, h *hcmpb.HttpConnectionManager) {
 			h.OriginalIpDetectionExtensions = []*corepb.TypedExtensionConfig{{Name: "xff"}}
 		}), want: []string{"original_ip_detection_extensions"}},

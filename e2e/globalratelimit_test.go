@@ -57,7 +57,7 @@ type rlsServer struct {
 
 func (r *rlsServer) connections() int { return r.conns.count() }
 
-func startRLS(t testing.TB) *rlsServer {
+func startRLS(t testing.TB, opts ...grpc.ServerOption) *rlsServer {
 	t.Helper()
 	r := &rlsServer{}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -65,7 +65,7 @@ func startRLS(t testing.TB) *rlsServer {
 		t.Fatal(err)
 	}
 	r.addr = lis.Addr().String()
-	s := grpc.NewServer(grpc.StatsHandler(&r.conns))
+	s := grpc.NewServer(append(opts, grpc.StatsHandler(&r.conns))...)
 	rlspb.RegisterRateLimitServiceServer(s, r)
 	go s.Serve(lis)
 	t.Cleanup(s.Stop)
