@@ -783,6 +783,36 @@ func TestServingModes_RapidFlaps(t *testing.T) {
 	t.Logf("%d callbacks for %d updates", n, flaps)
 }
 
+// TestServingModes_CallbackAfterACK checks the order of the events a test
+// of serving modes can wait for: the xDS client ACKs a Listener before the
+// listener has handled it (it waits for the listener only before reading
+// the next response), and the listener serves connections as soon as it
+// has stored the new configuration, before it calls the serving-mode
+// callback. So with the callback of a re-added Listener held back (the
+// listener's goroutine not scheduled for a while), the management server
+// gets the ACK and an RPC succeeds while the last callback recorded is
+// still the one to NOT_SERVING; the one to SERVING follows.
+func TestServingModes_CallbackAfterACK(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	s, addr := startServing(ctx, t, env, simpleListener, nil) // version 1
+	env.update(ctx, t, nil, nil)                              // version 2: deleted
+	s.modes.wait(ctx, t, addr, connectivity.ServingModeNotServing)
+
+	s.modes.holdNext(t, addr, connectivity.ServingModeServing)
+	env.update(ctx, t, []*listenerpb.Listener{simpleListener(addr)}, nil) // version 3
+	if _, err := env.ms.WaitForRequest(ctx, e2e.IsACK(resourcev3.ListenerType, "3")); err != nil {
+		t.Fatalf("waiting for the ACK of the re-added Listener while its serving-mode callback is held: %v", err)
+	}
+	c := newClient(t, addr, "127.0.0.1", 0)
+	waitForCode(ctx, t, "EmptyCall while the serving-mode callback is held", codes.OK, c.emptyCallNoOpts)
+	// Both came before the callback, which waitSettled now lets through.
+	if n := s.modes.waitSettled(ctx, t, addr, connectivity.ServingModeNotServing, connectivity.ServingModeServing); n != 1 {
+		t.Errorf("%d serving-mode changes after the re-add, want 1", n)
+	}
+}
+
 // TestListenerNACK_Reasons checks, for Listeners that gRFC A36 says to
 // NACK, that the update is NACKed and the good configuration keeps serving
 // its connections, without a drain or a serving-mode change.
