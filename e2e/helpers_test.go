@@ -353,10 +353,11 @@ func (r *modeRecorder) expectNone(t *testing.T, addr net.Addr, d time.Duration) 
 
 // expectNoneBy fails the test if addr's serving mode changed by the time
 // the xDS client answered (ACKed or NACKed) the last update of each of
-// typeURLs (the Listener type if none): the listener calls the serving-mode
-// callback while it handles an update, before the client answers, so a
-// change the update caused would be recorded by then. Unlike expectNone,
-// it waits for progress, not for a length of time.
+// typeURLs (the Listener type if none). Unlike expectNone, it waits for
+// progress, not for a length of time. It catches a change caused by an
+// earlier update, but not always one the last update causes: the client
+// answers before the listener has handled that update
+// (TestServingModes_CallbackAfterACK).
 func (r *modeRecorder) expectNoneBy(ctx context.Context, t *testing.T, ms *e2e.ManagementServer, addr net.Addr, typeURLs ...string) {
 	t.Helper()
 	if len(typeURLs) == 0 {
