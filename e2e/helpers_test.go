@@ -189,12 +189,23 @@ func listen(t *testing.T, ip string) (net.Listener, uint32) {
 
 // modeRecorder records the serving-mode callbacks, per listener address.
 type modeRecorder struct {
-	mu  sync.Mutex
-	chs map[string]chan xds.ServingModeChangeArgs
+	mu    sync.Mutex
+	chs   map[string]chan xds.ServingModeChangeArgs
+	holds map[string]*modeHold // by address; set by holdNext, removed by releaseHold
 }
 
+// modeHold is a callback held back by holdNext until release is closed.
+type modeHold struct {
+	mode    connectivity.ServingMode
+	taken   bool // a callback waits for release; guarded by modeRecorder.mu
+	release chan struct{}
+	once    sync.Once
+}
+
+func (h *modeHold) open() { h.once.Do(func() { close(h.release) }) }
+
 func newModeRecorder() *modeRecorder {
-	return &modeRecorder{chs: make(map[string]chan xds.ServingModeChangeArgs)}
+	return &modeRecorder{chs: make(map[string]chan xds.ServingModeChangeArgs), holds: make(map[string]*modeHold)}
 }
 
 func (r *modeRecorder) ch(addr string) chan xds.ServingModeChangeArgs {
@@ -210,8 +221,53 @@ func (r *modeRecorder) ch(addr string) chan xds.ServingModeChangeArgs {
 
 func (r *modeRecorder) option() grpc.ServerOption {
 	return xds.ServingModeCallback(func(addr net.Addr, args xds.ServingModeChangeArgs) {
+		if h := r.takeHold(addr.String(), args.Mode); h != nil {
+			<-h.release
+		}
 		r.ch(addr.String()) <- args
 	})
+}
+
+// holdNext makes the next serving-mode callback of addr to mode wait,
+// before it is recorded, until the test waits for a change of addr (wait,
+// waitSettled) or ends: the latest a callback can be recorded, as when the
+// listener's goroutine is not scheduled for that long. The callback runs
+// on the listener's serializer, so the listener does nothing else
+// meanwhile; what does not wait for it (the xDS client's ACK, the
+// connections the new configuration serves) can be seen to happen before
+// it.
+func (r *modeRecorder) holdNext(t *testing.T, addr net.Addr, mode connectivity.ServingMode) {
+	t.Helper()
+	h := &modeHold{mode: mode, release: make(chan struct{})}
+	r.mu.Lock()
+	r.holds[addr.String()] = h
+	r.mu.Unlock()
+	t.Cleanup(h.open) // before the server's Stop, which waits for the callback
+}
+
+// takeHold returns the hold armed for addr's next callback to mode, or
+// nil; only the first such callback takes it.
+func (r *modeRecorder) takeHold(addr string, mode connectivity.ServingMode) *modeHold {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := r.holds[addr]
+	if h == nil || h.mode != mode || h.taken {
+		return nil
+	}
+	h.taken = true
+	return h
+}
+
+// releaseHold lets a callback of addr held by holdNext be recorded, now or
+// as soon as it comes: the test is about to wait for it.
+func (r *modeRecorder) releaseHold(addr string) {
+	r.mu.Lock()
+	h := r.holds[addr]
+	delete(r.holds, addr)
+	r.mu.Unlock()
+	if h != nil {
+		h.open()
+	}
 }
 
 // wait returns the next serving-mode change of addr and fails the test if it
@@ -219,6 +275,7 @@ func (r *modeRecorder) option() grpc.ServerOption {
 // must carry no error, one to NotServing must say why.
 func (r *modeRecorder) wait(ctx context.Context, t *testing.T, addr net.Addr, mode connectivity.ServingMode) xds.ServingModeChangeArgs {
 	t.Helper()
+	r.releaseHold(addr.String())
 	select {
 	case args := <-r.ch(addr.String()):
 		if args.Mode != mode {
@@ -241,6 +298,47 @@ func (r *modeRecorder) wait(ctx context.Context, t *testing.T, addr net.Addr, mo
 	return xds.ServingModeChangeArgs{}
 }
 
+// waitSettled reads the serving-mode changes of addr recorded after one
+// to from, until the last one read is to want and no other is recorded
+// yet, and returns how many it read; while the last one is not to want it
+// waits for the next, failing the test if none comes before ctx ends. Each
+// change must be a transition (never to the mode before it) and carry an
+// error exactly when it is to NotServing.
+//
+// It is for a test that knows the listener ends in want and that at most
+// the last change is still to come, as after the ACK of the last update
+// (TestServingModes_CallbackAfterACK); its return does not say that no
+// other change is on its way.
+func (r *modeRecorder) waitSettled(ctx context.Context, t *testing.T, addr net.Addr, from, want connectivity.ServingMode) int {
+	t.Helper()
+	ch := r.ch(addr.String())
+	last, n := from, 0
+	for {
+		var args xds.ServingModeChangeArgs
+		select {
+		case args = <-ch:
+		default:
+			if last == want {
+				return n
+			}
+			r.releaseHold(addr.String())
+			select {
+			case args = <-ch:
+			case <-ctx.Done():
+				t.Fatalf("%d serving-mode change(s) of %v, the last to %v; timed out waiting for one to %v", n, addr, last, want)
+			}
+		}
+		n++
+		if args.Mode == last {
+			t.Fatalf("serving-mode change %d of %v: to %v again, want one call per transition", n, addr, args.Mode)
+		}
+		if (args.Mode == connectivity.ServingModeNotServing) != (args.Err != nil) {
+			t.Errorf("serving-mode change %d of %v: to %v with error %v", n, addr, args.Mode, args.Err)
+		}
+		last = args.Mode
+	}
+}
+
 // expectNone fails the test if addr's serving mode changes within d.
 func (r *modeRecorder) expectNone(t *testing.T, addr net.Addr, d time.Duration) {
 	t.Helper()
@@ -255,10 +353,11 @@ func (r *modeRecorder) expectNone(t *testing.T, addr net.Addr, d time.Duration) 
 
 // expectNoneBy fails the test if addr's serving mode changed by the time
 // the xDS client answered (ACKed or NACKed) the last update of each of
-// typeURLs (the Listener type if none): the listener calls the serving-mode
-// callback while it handles an update, before the client answers, so a
-// change the update caused would be recorded by then. Unlike expectNone,
-// it waits for progress, not for a length of time.
+// typeURLs (the Listener type if none). Unlike expectNone, it waits for
+// progress, not for a length of time. It catches a change caused by an
+// earlier update, but not always one the last update causes: the client
+// answers before the listener has handled that update
+// (TestServingModes_CallbackAfterACK).
 func (r *modeRecorder) expectNoneBy(ctx context.Context, t *testing.T, ms *e2e.ManagementServer, addr net.Addr, typeURLs ...string) {
 	t.Helper()
 	if len(typeURLs) == 0 {

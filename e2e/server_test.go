@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/proxyless-grpc/xds"
@@ -736,12 +738,13 @@ func TestServe_StopRightAway(t *testing.T) {
 // TestServingModes_RapidFlaps deletes and re-adds the Listener many times in
 // quick succession: the serving-mode callbacks must alternate (one per
 // transition, never the same mode twice in a row) and end in the final
-// state, which serves RPCs.
+// state, which serves RPCs and which ReadinessHealth reports.
 func TestServingModes_RapidFlaps(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	env := newTestEnv(t)
-	s, addr := startServing(ctx, t, env, simpleListener, nil)
+	hs := health.NewServer()
+	s, addr := startServing(ctx, t, env, simpleListener, nil, xds.ReadinessHealth(hs, xds.ReadinessOptions{}))
 	const flaps = 40
 	for i := range flaps {
 		if i%2 == 0 {
@@ -756,31 +759,47 @@ func TestServingModes_RapidFlaps(t *testing.T) {
 	}
 	c := newClient(t, addr, "127.0.0.1", 0)
 	waitForCode(ctx, t, "EmptyCall after the flaps", codes.OK, c.emptyCallNoOpts)
-	// The listener calls the serving-mode callback while it handles an
-	// update, before the xDS client ACKs it: by the ACK of the last version
-	// (awaited above) every callback has been recorded.
-	last := connectivity.ServingModeServing // from startServing
-	n := 0
-	for {
-		select {
-		case args := <-s.modes.ch(addr.String()):
-			n++
-			if args.Mode == last {
-				t.Fatalf("callback %d: mode %v again, want one call per transition", n, args.Mode)
-			}
-			if (args.Mode == connectivity.ServingModeNotServing) != (args.Err != nil) {
-				t.Errorf("callback %d: mode %v with error %v", n, args.Mode, args.Err)
-			}
-			last = args.Mode
-			continue
-		default:
-		}
-		break
-	}
-	if last != connectivity.ServingModeServing {
-		t.Errorf("last serving mode %v, want SERVING", last)
+	// The xDS client reads a response only once the listener has handled
+	// the one before, but ACKs it before the listener handles it, and the
+	// RPC succeeds before the listener calls the callback
+	// (TestServingModes_CallbackAfterACK): by now every callback has been
+	// recorded but perhaps the last update's, which can only be to SERVING.
+	n := s.modes.waitSettled(ctx, t, addr, connectivity.ServingModeServing, connectivity.ServingModeServing)
+	// ReadinessHealth is told of a transition before the callback.
+	if resp, err := hs.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("readiness after the flaps: %v (err %v), want SERVING", resp.GetStatus(), err)
 	}
 	t.Logf("%d callbacks for %d updates", n, flaps)
+}
+
+// TestServingModes_CallbackAfterACK checks the order of the events a test
+// of serving modes can wait for: the xDS client ACKs a Listener before the
+// listener has handled it (it waits for the listener only before reading
+// the next response), and the listener serves connections as soon as it
+// has stored the new configuration, before it calls the serving-mode
+// callback. So with the callback of a re-added Listener held back (the
+// listener's goroutine not scheduled for a while), the management server
+// gets the ACK and an RPC succeeds while the last callback recorded is
+// still the one to NOT_SERVING; the one to SERVING follows.
+func TestServingModes_CallbackAfterACK(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	s, addr := startServing(ctx, t, env, simpleListener, nil) // version 1
+	env.update(ctx, t, nil, nil)                              // version 2: deleted
+	s.modes.wait(ctx, t, addr, connectivity.ServingModeNotServing)
+
+	s.modes.holdNext(t, addr, connectivity.ServingModeServing)
+	env.update(ctx, t, []*listenerpb.Listener{simpleListener(addr)}, nil) // version 3
+	if _, err := env.ms.WaitForRequest(ctx, e2e.IsACK(resourcev3.ListenerType, "3")); err != nil {
+		t.Fatalf("waiting for the ACK of the re-added Listener while its serving-mode callback is held: %v", err)
+	}
+	c := newClient(t, addr, "127.0.0.1", 0)
+	waitForCode(ctx, t, "EmptyCall while the serving-mode callback is held", codes.OK, c.emptyCallNoOpts)
+	// Both came before the callback, which waitSettled now lets through.
+	if n := s.modes.waitSettled(ctx, t, addr, connectivity.ServingModeNotServing, connectivity.ServingModeServing); n != 1 {
+		t.Errorf("%d serving-mode changes after the re-add, want 1", n)
+	}
 }
 
 // TestListenerNACK_Reasons checks, for Listeners that gRFC A36 says to

@@ -363,11 +363,12 @@ func (m *Server) Update(ctx context.Context, r Resources) error {
 
 // WaitForAnswer waits until a client answers the response that carried the
 // version of typeURL the last Update of that type published: an ACK of it,
-// or a NACK of it. A client handles a response before it answers (the xDS
-// client ACKs once its watchers are done), so this is the point by which
-// everything the update causes in the client has happened, and a test can
-// then check that something did not. It returns ctx.Err() if ctx ends
-// first, and at once if typeURL was never updated.
+// or a NACK of it. This module's xDS client answers a response once it has
+// decoded it, without waiting for its watchers to handle it (it waits for
+// them before it reads the next response): by the answer, the client has
+// handled every earlier response, but what its watchers do with this one
+// (a server's serving-mode change, say) may still be to come. It returns
+// ctx.Err() if ctx ends first, and at once if typeURL was never updated.
 func (m *Server) WaitForAnswer(ctx context.Context, typeURL string) error {
 	for {
 		m.mu.Lock()

@@ -65,10 +65,11 @@ type modeChange struct {
 }
 
 // envOptions configure newTestEnv; the zero value is a 10-minute drain
-// grace time, no jitter, no metrics.
+// grace time, no jitter, no metrics, no ModeObserver.
 type envOptions struct {
 	grace, jitter time.Duration
 	metrics       *metrics.Listener
+	observe       func(connectivity.ServingMode) // the ModeObserver
 }
 
 // lastPort gives each test environment a listening port of its own, so
@@ -125,7 +126,8 @@ func (env *testEnv) newListener(t *testing.T, client XDSClient, o envOptions) *L
 			DrainGrace:  o.grace,
 			DrainJitter: o.jitter,
 		},
-		Metrics: o.metrics,
+		ModeObserver: o.observe,
+		Metrics:      o.metrics,
 	})
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- l.Serve() }()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -172,6 +173,110 @@ func TestNotServingAndBack(t *testing.T) {
 	waitClosed(ctx, t, conn, "the connection served before the deletion")
 	expectClosedWithoutBytes(ctx, t, env)
 	env.noModeChange(t)
+}
+
+// TestFlapsReportEveryTransition: the Listener deleted, re-added (with
+// inline routes, or with RDS, whose answer comes in a delivery of its own),
+// replaced by one for another address, each sometimes twice in a row,
+// between ambient errors. Each transition reaches the ModeObserver
+// (ReadinessHealth), then the serving-mode callback, once, before the
+// listener lets the xDS client go on (onDone; a delivery of the fake
+// client returns only then), and updates that change nothing reach
+// neither. So the last transition is never lost or overtaken, and once the
+// xDS client reads the next response, the callbacks of the one before have
+// returned: what e2e's TestServingModes_RapidFlaps relies on.
+func TestFlapsReportEveryTransition(t *testing.T) {
+	ctx := testCtx(t)
+	var (
+		env      *testEnv
+		mu       sync.Mutex
+		observed []connectivity.ServingMode
+	)
+	observe := func(mode connectivity.ServingMode) {
+		mu.Lock()
+		defer mu.Unlock()
+		observed = append(observed, mode)
+		// The test reads every callback after each delivery, so one
+		// recorded now came before the observer.
+		if n := len(env.modes); n != 0 {
+			t.Errorf("ModeObserver told of %v after the serving-mode callback, want before", mode)
+		}
+	}
+	env = newTestEnv(t, envOptions{observe: observe})
+
+	deleted := func() {
+		env.xds.SendListenerError(ctx, t, env.name, xdsfake.DoesNotExist(xdsresource.ListenerType, env.name))
+	}
+	inline := func() { env.send(ctx, t, testListener(env, chainSpec{name: "x", routeName: "r", isDefault: true})) }
+	otherAddr := func() {
+		l := testListener(env, chainSpec{name: "x", routeName: "r", isDefault: true})
+		l.Address.GetSocketAddress().Address = "127.0.0.2"
+		env.send(ctx, t, l)
+	}
+	withRDS := func() { // only after a step that stopped serving
+		env.send(ctx, t, testListener(env, chainSpec{name: "x", rdsName: "rds", isDefault: true}))
+		env.noModeChange(t)
+		if env.l.cur.Load() != nil {
+			t.Fatal("a Listener was applied before its RouteConfiguration answered")
+		}
+		env.xds.SendRoute(ctx, t, xdsfake.DecodeRoute(t, e2e.DefaultRouteConfig("rds")))
+	}
+	ambient := func() {
+		env.xds.SendListenerAmbient(ctx, t, env.name, xdsfake.ConnectionError(errors.New("connection refused")))
+	}
+	const (
+		serving    = connectivity.ServingModeServing
+		notServing = connectivity.ServingModeNotServing
+	)
+	steps := []struct {
+		desc string
+		do   func()
+		want connectivity.ServingMode
+	}{
+		{"deleted", deleted, notServing},
+		{"deleted again", deleted, notServing},
+		{"re-added", inline, serving},
+		{"re-added again", inline, serving},
+		{"ambient error", ambient, serving},
+		{"another address", otherAddr, notServing},
+		{"re-added with RDS", withRDS, serving},
+		{"deleted", deleted, notServing},
+		{"ambient error", ambient, notServing},
+		{"re-added with RDS", withRDS, serving},
+		{"another address", otherAddr, notServing},
+		{"another address again", otherAddr, notServing},
+		{"re-added", inline, serving},
+	}
+	inline()
+	env.waitMode(ctx, t, serving)
+	mode, want := serving, []connectivity.ServingMode{serving}
+	for round := range 3 {
+		for _, s := range steps {
+			s.do()
+			// The delivery has returned: the listener has made every
+			// report of it.
+			if s.want != mode {
+				mode = s.want
+				want = append(want, mode)
+				select {
+				case m := <-env.modes:
+					if m.mode != mode {
+						t.Fatalf("round %d, %s: serving-mode callback to %v (err %v), want %v", round, s.desc, m.mode, m.err, mode)
+					}
+				default:
+					t.Fatalf("round %d, %s: no serving-mode callback once the update was handled, want one to %v", round, s.desc, mode)
+				}
+			}
+			env.noModeChange(t)
+			mu.Lock()
+			got := slices.Clone(observed)
+			mu.Unlock()
+			if !slices.Equal(got, want) {
+				t.Fatalf("round %d, %s: ModeObserver told of %v, want %v", round, s.desc, got, want)
+			}
+		}
+	}
+	unaryOK(ctx, t, env.dial(t))
 }
 
 // TestAddressMismatchStopsServing: a Listener whose address is not the
