@@ -3,9 +3,10 @@ package e2e_test
 // End-to-end tests of behaviours checked against Envoy and the gRFCs: how
 // the global rate limit filter computes retry-after and x-ratelimit-reset
 // from a rate limit service's duration_until_reset, and the local rate
-// limit filter's retry-after. Real management server, real xDS server, real
-// grpc-go clients, the scriptable rate limit server of
-// globalratelimit_test.go.
+// limit filter's retry-after; how the global one adds the service's
+// request_headers_to_add and response_headers_to_add. Real management
+// server, real xDS server, real grpc-go clients, the scriptable rate limit
+// server of globalratelimit_test.go.
 
 import (
 	"context"
@@ -144,5 +145,54 @@ func TestEnvoyParity_LocalRetryAfter(t *testing.T) {
 	const span = int64(1) << 61 / int64(time.Second) // the bucket's longest token interval, in whole seconds
 	if n, err := strconv.ParseInt(strings.Join(got, ","), 10, 64); err != nil || n < span || n > span+1 {
 		t.Errorf("trailer retry-after = %q, want %d or %d seconds", got, span, span+1)
+	}
+}
+
+// TestEnvoyParity_HeadersToAdd: the rate limit service's
+// request_headers_to_add are added to the RPC's metadata after what the
+// client sent for the same key, never in its place, and each repeated key
+// keeps every value (Envoy copies them into the request's headers, which
+// appends); its response_headers_to_add likewise reach the client with
+// every value, on an allowed RPC and on a refused one.
+func TestEnvoyParity_HeadersToAdd(t *testing.T) {
+	ctx := testContext(t)
+	r := startRLS(t)
+	env := authzEnv(t, false, r.addr)
+	c, rec, _, _ := startGlobalRL(ctx, t, env, globalRL(r.addr, rlOf(rlGeneric("x"))), allRoutes("routes"))
+	code := rlspb.RateLimitResponse_OK
+	r.set(func(context.Context, *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+		return &rlspb.RateLimitResponse{
+			OverallCode: code,
+			RequestHeadersToAdd: []*corepb.HeaderValue{
+				{Key: "x-tenant", Value: "from-rls"}, {Key: "x-quota", Value: "a"}, {Key: "x-quota", Value: "b"},
+			},
+			ResponseHeadersToAdd: []*corepb.HeaderValue{{Key: "x-rl", Value: "1"}, {Key: "x-rl", Value: "2"}},
+		}, nil
+	})
+
+	var hdr metadata.MD
+	if err := rpcResult(withCase(ctx, "ok", "x-tenant", "client"), c, "EmptyCall", grpc.Header(&hdr)); err != nil {
+		t.Fatalf("EmptyCall: %v, want OK", err)
+	}
+	calls := rec.ofCase("ok")
+	if len(calls) != 1 {
+		t.Fatalf("%d RPCs reached the handler, want 1", len(calls))
+	}
+	for k, want := range map[string]string{"x-tenant": "client,from-rls", "x-quota": "a,b"} {
+		if got := strings.Join(calls[0].md.Get(k), ","); got != want {
+			t.Errorf("handler sees %s = %q, want %q", k, got, want)
+		}
+	}
+	if got := strings.Join(hdr.Get("x-rl"), ","); got != "1,2" {
+		t.Errorf("response header x-rl = %q, want 1,2", got)
+	}
+
+	code = rlspb.RateLimitResponse_OVER_LIMIT
+	var tr metadata.MD
+	if code, msg := statusOf(rpcResult(withCase(ctx, "over"), c, "EmptyCall", grpc.Trailer(&tr))); code != codes.Unavailable {
+		t.Fatalf("EmptyCall: %v %q, want UNAVAILABLE", code, msg)
+	}
+	if got := strings.Join(tr.Get("x-rl"), ","); got != "1,2" {
+		t.Errorf("trailer x-rl = %q, want 1,2", got)
 	}
 }

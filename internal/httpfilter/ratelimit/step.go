@@ -122,18 +122,25 @@ func (c *call) RunAfterContext(ctx context.Context) (context.Context, error) {
 	if md == nil {
 		md = metadata.MD{}
 	}
-	changed := false
-	for _, hv := range resp.GetRequestHeadersToAdd() {
-		key, value, ok := headerOf(hv)
-		if ok {
-			md[key] = []string{value}
-			changed = true
-		}
-	}
-	if !changed {
+	if !addRequestHeaders(md, resp.GetRequestHeadersToAdd()) {
 		return ctx, nil
 	}
 	return metadata.NewIncomingContext(ctx, md), nil
+}
+
+// addRequestHeaders adds the answer's request_headers_to_add to md, each
+// value after those the RPC already has for its key, and reports whether it
+// added any. Envoy adds them the same way (it copies them into the request's
+// header map, which appends); an RPC's own header is never replaced.
+func addRequestHeaders(md metadata.MD, hvs []*corepb.HeaderValue) bool {
+	added := false
+	for _, hv := range hvs {
+		if key, value, ok := headerOf(hv); ok {
+			md[key] = append(md[key], value)
+			added = true
+		}
+	}
+	return added
 }
 
 // callTimeout is the shorter of the filter's timeout and the GrpcService's;

@@ -2,11 +2,14 @@ package globalratelimit
 
 import (
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -66,5 +69,24 @@ func TestXRateLimitReset(t *testing.T) {
 		if got := xRateLimitReset(tc.d); got != tc.want {
 			t.Errorf("xRateLimitReset(%v) = %q, want %q", tc.d, got, tc.want)
 		}
+	}
+}
+
+// TestAddRequestHeaders: request_headers_to_add append to what the RPC has,
+// in order; a header that cannot be sent is dropped.
+func TestAddRequestHeaders(t *testing.T) {
+	md := metadata.MD{"x-tenant": {"client"}}
+	added := addRequestHeaders(md, []*corepb.HeaderValue{
+		{Key: "X-Tenant", Value: "from-rls"}, {Key: "x-quota", Value: "a"}, {Key: "grpc-status", Value: "0"}, {Key: "x-quota", Value: "b"},
+	})
+	if !added {
+		t.Error("addRequestHeaders reported nothing added")
+	}
+	want := metadata.MD{"x-tenant": {"client", "from-rls"}, "x-quota": {"a", "b"}}
+	if !reflect.DeepEqual(md, want) {
+		t.Errorf("metadata = %v, want %v", md, want)
+	}
+	if addRequestHeaders(md, []*corepb.HeaderValue{{Key: ":path", Value: "/x"}}) {
+		t.Error("addRequestHeaders reported a reserved header added")
 	}
 }
