@@ -4,9 +4,11 @@ package e2e_test
 // the global rate limit filter computes retry-after and x-ratelimit-reset
 // from a rate limit service's duration_until_reset, and the local rate
 // limit filter's retry-after; how the global one adds the service's
-// request_headers_to_add and response_headers_to_add. Real management
-// server, real xDS server, real grpc-go clients, the scriptable rate limit
-// server of globalratelimit_test.go.
+// request_headers_to_add and response_headers_to_add; and the base64 form
+// of a binary ("-bin") header that RBAC, the rate limit descriptors and
+// ext_authz's header_map each see. Real management server, real xDS server,
+// real grpc-go clients, the scriptable rate limit and authorization servers
+// of globalratelimit_test.go and extauthz_test.go.
 
 import (
 	"context"
@@ -18,6 +20,7 @@ import (
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	rbacconfigpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	localratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/local_ratelimit/v3"
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -195,4 +198,75 @@ func TestEnvoyParity_HeadersToAdd(t *testing.T) {
 	if got := strings.Join(tr.Get("x-rl"), ","); got != "1,2" {
 		t.Errorf("trailer x-rl = %q, want 1,2", got)
 	}
+}
+
+// TestEnvoyParity_BinaryHeaders: a binary header whose bytes are not a
+// multiple of 3 long, the case where base64's padding shows, as each filter
+// sees it. RBAC (gRFC A41: on-the-wire values, binary ones in base64) and
+// the rate limit descriptors (Envoy's request_headers action: the header as
+// Envoy sees it on the wire) see it as gRPC clients send it, without
+// padding; ext_authz's header_map (gRFC A102: a -bin value written into a
+// HeaderValue is base64-encoded) carries it with padding, as grpc-go writes
+// it.
+func TestEnvoyParity_BinaryHeaders(t *testing.T) {
+	const (
+		blob     = "\x00\x01" // two bytes
+		unpadded = "AAE"      // as grpc-go, grpc-java and C-core send it
+		padded   = "AAE="
+	)
+	ctx := testContext(t)
+	withBlob := metadata.AppendToOutgoingContext(ctx, "x-blob-bin", blob)
+
+	t.Run("rbac", func(t *testing.T) {
+		env := newTestEnv(t)
+		policy := func(value string) *rbacconfigpb.Policy {
+			return &rbacconfigpb.Policy{
+				Permissions: []*rbacconfigpb.Permission{anyPermission()},
+				Principals:  []*rbacconfigpb.Principal{headerPrincipal("x-blob-bin", value)},
+			}
+		}
+		cfg := rbacRules(rbacconfigpb.RBAC_ALLOW, map[string]*rbacconfigpb.Policy{"wire-form": policy(unpadded)})
+		_, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
+			return rbacListener(t, a, cfg, allRoutes("r"), "")
+		}, nil)
+		c := connected(ctx, t, addr)
+		if code, msg := statusOf(rpcResult(withBlob, c, "EmptyCall")); code != codes.OK {
+			t.Errorf("EmptyCall with x-blob-bin under a policy allowing %q: %v %q, want OK", unpadded, code, msg)
+		}
+		if code, _ := statusOf(rpcResult(ctx, c, "EmptyCall")); code != codes.PermissionDenied {
+			t.Errorf("EmptyCall without x-blob-bin: %v, want PERMISSION_DENIED", code)
+		}
+	})
+
+	t.Run("ratelimit_descriptor", func(t *testing.T) {
+		r := startRLS(t)
+		env := authzEnv(t, false, r.addr)
+		c, _, _, _ := startGlobalRL(ctx, t, env, globalRL(r.addr, rlOf(rlHeader("x-blob-bin", "blob"))), allRoutes("routes"))
+		if err := rpcResult(withBlob, c, "EmptyCall"); err != nil {
+			t.Fatalf("EmptyCall: %v", err)
+		}
+		reqs := r.taken()
+		if len(reqs) != 1 {
+			t.Fatalf("%d calls for one RPC, want 1", len(reqs))
+		}
+		if got, want := descriptorsOf(reqs[0]), "blob="+unpadded; got != want {
+			t.Errorf("descriptors %q, want %q", got, want)
+		}
+	})
+
+	t.Run("extauthz_header_map", func(t *testing.T) {
+		a := startAuthzServer(t)
+		env := authzEnv(t, false, a.addr)
+		c, _, _ := startAuthz(ctx, t, env, extAuthz(a.addr), allRoutes("routes"))
+		if err := rpcResult(withBlob, c, "EmptyCall"); err != nil {
+			t.Fatalf("EmptyCall: %v", err)
+		}
+		checks := a.taken()
+		if len(checks) != 1 {
+			t.Fatalf("%d Checks for one RPC, want 1", len(checks))
+		}
+		if got := headerMapOf(checks[0].req.GetAttributes().GetRequest().GetHttp())["x-blob-bin"]; len(got) != 1 || got[0] != padded {
+			t.Errorf("header_map x-blob-bin = %q, want [%s]", got, padded)
+		}
+	})
 }
