@@ -253,8 +253,8 @@ func TestExtAuthz_Allow(t *testing.T) {
 	if got := hm["x-case"]; len(got) != 1 || got[0] != "allow" {
 		t.Errorf("header_map x-case = %q, want [allow]", got)
 	}
-	if got := hm["x-blob-bin"]; len(got) != 1 || got[0] != base64.RawStdEncoding.EncodeToString([]byte("\x00\x01binary")) {
-		t.Errorf("header_map x-blob-bin = %q, want the value in base64", got)
+	if got := hm["x-blob-bin"]; len(got) != 1 || got[0] != base64.StdEncoding.EncodeToString([]byte("\x00\x01binary")) {
+		t.Errorf("header_map x-blob-bin = %q, want the value in base64 with padding (A102)", got)
 	}
 	if got := ck.md.Get("x-from-config"); len(got) != 1 || got[0] != "v1" {
 		t.Errorf("Check metadata x-from-config = %q, want [v1] (initial_metadata)", got)

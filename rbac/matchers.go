@@ -1,7 +1,6 @@
 package rbac
 
 import (
-	"encoding/base64"
 	"fmt"
 	"strings"
 
@@ -395,15 +394,15 @@ func isPresentMatch(h *routepb.HeaderMatcher) bool {
 }
 
 // base64Values returns the values of a binary header as gRFC A41 has RBAC
-// see them, "in their base64-encoded form" (standard alphabet, padded);
-// gRPC hands them over decoded. It allocates.
+// see them, "in their base64-encoded form": as they were on the wire
+// (matcher.WireBinary); gRPC hands them over decoded. It allocates.
 func base64Values(vals []string) []string {
 	if len(vals) == 0 {
 		return nil
 	}
 	enc := make([]string, len(vals))
 	for i, v := range vals {
-		enc[i] = base64.StdEncoding.EncodeToString([]byte(v))
+		enc[i] = matcher.WireBinary(v)
 	}
 	return enc
 }

@@ -206,10 +206,11 @@ func refHeaderValues(name string, ri RequestInfo) []string {
 	}
 	vals := ri.Header.Get(name)
 	if strings.HasSuffix(name, "-bin") {
-		// "Binary headers are represented in their base64-encoded form".
+		// "Binary headers are represented in their base64-encoded form",
+		// as "received on-the-wire": gRPC clients send it unpadded.
 		enc := make([]string, len(vals))
 		for i, v := range vals {
-			enc[i] = base64.StdEncoding.EncodeToString([]byte(v))
+			enc[i] = base64.RawStdEncoding.EncodeToString([]byte(v))
 		}
 		vals = enc
 	}

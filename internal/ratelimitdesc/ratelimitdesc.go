@@ -17,7 +17,6 @@
 package ratelimitdesc
 
 import (
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
@@ -452,7 +451,8 @@ func (a requestHeaders) populate(es []Entry, r Request) ([]Entry, bool) {
 }
 
 // headerValue returns the first value of the request header name as Envoy
-// sees it: the pseudo-headers of a gRPC request, binary values in base64.
+// sees it: the pseudo-headers of a gRPC request, binary values as they were
+// on the wire (matcher.WireBinary).
 func headerValue(r *httpfilter.Request, name string) (string, bool) {
 	switch name {
 	case ":path":
@@ -475,7 +475,7 @@ func headerValue(r *httpfilter.Request, name string) (string, bool) {
 		return "", false
 	}
 	if strings.HasSuffix(name, "-bin") {
-		return base64.StdEncoding.EncodeToString([]byte(vals[0])), true
+		return matcher.WireBinary(vals[0]), true
 	}
 	return vals[0], true
 }

@@ -78,7 +78,7 @@ func TestDescriptors(t *testing.T) {
 	}{
 		{"request header, first value", []*routepb.RateLimit{rl(header("X-Tenant", "tenant", false))}, nil, entries{{{"tenant", "acme"}}}},
 		{"pseudo-headers", []*routepb.RateLimit{rl(header(":path", "p", false), header(":authority", "a", false), header(":method", "m", false))}, nil, entries{{{"p", "/pkg.Svc/Do"}, {"a", "svc.example"}, {"m", "POST"}}}},
-		{"binary header in base64", []*routepb.RateLimit{rl(header("tok-bin", "t", false))}, nil, entries{{{"t", "AQI="}}}},
+		{"binary header in base64 as on the wire, unpadded", []*routepb.RateLimit{rl(header("tok-bin", "t", false))}, nil, entries{{{"t", "AQI"}}}},
 		{"absent header skips the descriptor, not the others", []*routepb.RateLimit{rl(header("x-none", "n", false)), rl(generic("", "all"))}, nil, entries{{{"generic_key", "all"}}}},
 		{"absent header with skip_if_absent drops only the entry", []*routepb.RateLimit{rl(header("x-none", "n", true), generic("k", "v"))}, nil, entries{{{"k", "v"}}}},
 		{"remote and masked address", []*routepb.RateLimit{rl(remote), rl(masked)}, nil, entries{{{"remote_address", "10.1.2.3"}}, {{"masked_remote_address", "10.1.2.0/24"}}}},

@@ -299,7 +299,7 @@ func (c *check) request(ctx context.Context, md metadata.MD) *authpb.CheckReques
 
 // headerMap lists the request's headers the config lets through (gRFC
 // A92: not matched by disallowed_headers, and matched by allowed_headers
-// when it is set), in name order, each value raw, binary ones in base64.
+// when it is set), in name order, each value raw (headerMapValue).
 func (c *check) headerMap(md metadata.MD) *corepb.HeaderMap {
 	cfg := c.step.cfg
 	keys := make([]string, 0, len(md))
@@ -312,16 +312,26 @@ func (c *check) headerMap(md metadata.MD) *corepb.HeaderMap {
 	slices.Sort(keys)
 	hm := &corepb.HeaderMap{}
 	for _, k := range keys {
-		bin := strings.HasSuffix(k, "-bin")
 		for _, v := range md[k] {
-			raw := []byte(v)
-			if bin {
-				raw = []byte(base64.RawStdEncoding.EncodeToString(raw))
-			}
-			hm.Headers = append(hm.Headers, &corepb.HeaderValue{Key: k, RawValue: raw})
+			hm.Headers = append(hm.Headers, &corepb.HeaderValue{Key: k, RawValue: headerMapValue(k, v)})
 		}
 	}
 	return hm
+}
+
+// headerMapValue is the raw_value of the header key's value v in the
+// header_map: v itself or, for a binary ("-bin") header, its base64 (gRFC
+// A102: "When writing a HeaderValue proto for a header whose name ends in
+// -bin, the value must be base64-encoded"). With padding, as RFC 4648 has
+// it and as grpc-go writes A102's HeaderValues, so that an authorization
+// server sees the same bytes from either and any base64 decoder, strict or
+// not, reads them. (Matchers of request headers see the unpadded wire
+// form instead: matcher.WireBinary.)
+func headerMapValue(key, v string) []byte {
+	if !strings.HasSuffix(key, "-bin") {
+		return []byte(v)
+	}
+	return []byte(base64.StdEncoding.EncodeToString([]byte(v)))
 }
 
 func matchesAny(ms []matcher.StringMatcher, s string) bool {

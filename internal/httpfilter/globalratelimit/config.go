@@ -102,6 +102,8 @@ func parseConfig(env *grpcservice.Env, m *rlpb.RateLimit) (*Config, error) {
 		return nil, err
 	}
 	c.limitedCode = codes.Code(httpfilter.GRPCCodeOfHTTP(limited))
+	// Envoy sends retry-after with 429s only.
+	c.retryAfter = c.retryAfter && limited == 429
 	if m.GetRateLimitedAsResourceExhausted() {
 		c.limitedCode = codes.ResourceExhausted
 	}

@@ -3,6 +3,7 @@ package globalratelimit
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/proxyless-grpc/xds/internal/grpcservice"
@@ -122,18 +124,25 @@ func (c *call) RunAfter(ctx context.Context) (context.Context, error) {
 	if md == nil {
 		md = metadata.MD{}
 	}
-	changed := false
-	for _, hv := range resp.GetRequestHeadersToAdd() {
-		key, value, ok := headerOf(hv)
-		if ok {
-			md[key] = []string{value}
-			changed = true
-		}
-	}
-	if !changed {
+	if !addRequestHeaders(md, resp.GetRequestHeadersToAdd()) {
 		return ctx, nil
 	}
 	return metadata.NewIncomingContext(ctx, md), nil
+}
+
+// addRequestHeaders adds the answer's request_headers_to_add to md, each
+// value after those the RPC already has for its key, and reports whether it
+// added any. Envoy adds them the same way (it copies them into the request's
+// header map, which appends); an RPC's own header is never replaced.
+func addRequestHeaders(md metadata.MD, hvs []*corepb.HeaderValue) bool {
+	added := false
+	for _, hv := range hvs {
+		if key, value, ok := headerOf(hv); ok {
+			md[key] = append(md[key], value)
+			added = true
+		}
+	}
+	return added
 }
 
 // callTimeout is the shorter of the filter's timeout and the GrpcService's;
@@ -243,21 +252,38 @@ func (c *call) responseHeaders(resp *rlspb.RateLimitResponse, over bool) metadat
 	if cfg.xHeaders {
 		xRateLimitHeaders(md, resp.GetStatuses())
 	}
-	if over && cfg.retryAfter {
-		var min time.Duration = -1
-		for _, st := range resp.GetStatuses() {
-			if st.GetCode() != rlspb.RateLimitResponse_OVER_LIMIT || st.GetDurationUntilReset() == nil {
-				continue
-			}
-			if d := st.GetDurationUntilReset().AsDuration(); min < 0 || d < min {
-				min = d
-			}
-		}
-		if min >= 0 {
-			md.Set(headerRetryAfter, strconv.FormatInt(int64((min+time.Second-1)/time.Second), 10))
+	if over && cfg.retryAfter && len(md.Get(headerRetryAfter)) == 0 {
+		// The service's own retry-after is kept, as in Envoy.
+		if secs, ok := retryAfterSeconds(resp.GetStatuses()); ok {
+			md.Set(headerRetryAfter, strconv.FormatInt(secs, 10))
 		}
 	}
 	return md
+}
+
+// retryAfterSeconds is the retry-after of an over-limit answer, as Envoy's
+// enable_retry_after_header documents it: the largest duration_until_reset
+// of the over-limit descriptor statuses (an unset one is 0), in seconds, at
+// least 1; ok is false when no status is over the limit. A part of a second
+// counts as a second, so that a client that waits that long finds the window
+// reset. It reads the Duration's fields: a time.Duration holds 292 years,
+// not the 10 000 a Duration can say, and rounding one up near its limit
+// would overflow into a negative number.
+func retryAfterSeconds(statuses []*rlspb.RateLimitResponse_DescriptorStatus) (secs int64, ok bool) {
+	for _, st := range statuses {
+		if st.GetCode() != rlspb.RateLimitResponse_OVER_LIMIT {
+			continue
+		}
+		d := st.GetDurationUntilReset()
+		s := d.GetSeconds()
+		if d.GetNanos() > 0 && s < math.MaxInt64 {
+			s++
+		}
+		if !ok || s > secs {
+			secs, ok = s, true
+		}
+	}
+	return max(secs, 1), ok
 }
 
 // xRateLimitHeaders sets the headers of draft 03 of the RateLimit header
@@ -284,9 +310,15 @@ func xRateLimitHeaders(md metadata.MD, statuses []*rlspb.RateLimitResponse_Descr
 	}
 	md.Set(headerLimit, strconv.FormatUint(uint64(min.GetCurrentLimit().GetRequestsPerUnit()), 10)+", "+strings.Join(quota, ", "))
 	md.Set(headerRemaining, strconv.FormatUint(uint64(min.GetLimitRemaining()), 10))
-	if d := min.GetDurationUntilReset(); d != nil {
-		md.Set(headerReset, strconv.FormatInt(int64(d.AsDuration()/time.Second), 10))
-	}
+	md.Set(headerReset, xRateLimitReset(min.GetDurationUntilReset()))
+}
+
+// xRateLimitReset is x-ratelimit-reset for a descriptor status's
+// duration_until_reset: its whole seconds, the fraction dropped, 0 when
+// unset, as Envoy writes it (the Duration's seconds field, whatever its
+// size or sign).
+func xRateLimitReset(d *durationpb.Duration) string {
+	return strconv.FormatInt(d.GetSeconds(), 10)
 }
 
 // window is a limit's unit in seconds.
