@@ -65,19 +65,24 @@
 // and headers, and the chain's HTTP filters run; an RPC with no matching
 // route, on a route whose action is not non_forwarding_action, or on a chain
 // whose RouteConfiguration is unusable fails with UNAVAILABLE. The tap runs
-// before gRPC looks up the method and before any user interceptor, so a
-// refused RPC never reaches user code. Because the server owns the tap
-// handle, grpc.InTapHandle cannot be passed to NewGRPCServer. Every other
-// grpc.ServerOption (credentials, interceptors, stats handlers, ...) applies
-// as with grpc.NewServer.
+// before gRPC looks up the method and before any user interceptor; filters
+// whose work must wait (ext_authz, the rate limits, fault delays) finish it
+// in an interceptor of the server's that runs before every interceptor of
+// the user's, so a refused RPC never reaches user code. Because the server
+// owns the tap handle, grpc.InTapHandle cannot be passed to NewGRPCServer.
+// Every other grpc.ServerOption (credentials, interceptors, stats handlers,
+// ...) applies as with grpc.NewServer, for every RPC the filters let
+// through; a grpc.UnaryInterceptor or grpc.StreamInterceptor, which gRPC
+// runs before every other interceptor, runs after the filters, chained
+// before the grpc.ChainUnaryInterceptor ones.
 //
 // # Implementation
 //
 // grpc.Server cannot drain one connection through its public API, so each
 // accepted connection is served by an unexported grpc.Server of its own,
 // built from the user's options, its filter chain's tap handle (and, on a
-// chain with a local rate limit or fault filter, the interceptors that run
-// those filters' work after the tap) and the registered services; draining
+// chain whose filters may wait, the interceptors that run their work after
+// the tap) and the registered services; draining
 // a connection gracefully stops its server,
 // never the listening socket. An idle connection costs about 2.7 KB of heap
 // more than on a plain grpc.Server and a new one a few tens of microseconds of CPU

@@ -1,9 +1,11 @@
 // Package grpcservice is the side channel of gRFC A102: the validation of
-// an xDS GrpcService (the ext_authz filter's authorization server), the
-// trust model that decides whose credentials reach it, and the channels
-// themselves, one per target and credentials in the process, shared by
-// every filter chain that names them and closed with their last user
-// (gRFC A83).
+// an xDS GrpcService (ext_authz's authorization server, the global rate
+// limit's rate limit service), the trust model that decides whose
+// credentials reach it, the channels themselves, one per target and
+// credentials in the process, shared by every filter chain that names them
+// and closed with their last user (gRFC A83), and what a side call may not
+// carry: a request the RPC made too large or unencodable is the client's
+// doing, never a service that did not answer (ErrUnsendable).
 //
 // Trust: a GrpcService from a management server with the
 // "trusted_xds_server" server feature is used as sent, credentials

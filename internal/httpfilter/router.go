@@ -40,5 +40,6 @@ func (Router) ParseOverride(RawConfig) (Config, error) {
 func (Router) IsTerminal() bool { return true }
 
 // BuildStep implements Filter: the router's work (the route match and the
-// action check) is built into the server, so it has no step.
+// action check, which come before every other filter's step) is built into
+// the server, so it has no step.
 func (Router) BuildStep(string, Config, Config) (Step, error) { return nil, nil }

@@ -5,8 +5,8 @@
 // Check to the configured authorization server decides whether the RPC
 // reaches its handler, and with which request headers.
 //
-// The check runs after gRPC's tap handle (httpfilter.WithAfter), on the
-// RPC's own goroutine, with the RPC's deadline and cancellation: gRPC's
+// The check is the work the step returns (httpfilter.After), run after
+// gRPC's tap handle on the RPC's own goroutine, with the RPC's deadline and cancellation: gRPC's
 // reader goroutine, which runs the tap handle for every RPC of a
 // connection, never waits for the authorization server. The side channel
 // is internal/grpcservice's: one per target and credentials, kept across

@@ -7,8 +7,8 @@
 // registry (internal/httpfilter/builtin) holds it.
 //
 // An abort without a delay fails the RPC in the tap handle. A delay cannot
-// wait there (the tap holds a transport lock), so the step leaves it for
-// after the tap (httpfilter.WithAfter): the RPC waits on its own goroutine,
+// wait there (the tap holds a transport lock), so the step returns it as
+// work for after the tap (httpfilter.After): the RPC waits on its own goroutine,
 // for the delay or until its deadline or cancellation, and is then aborted
 // or let through.
 package fault

@@ -7,8 +7,9 @@
 // servers shares one limit.
 //
 // The descriptors are built in the tap handle (package ratelimitdesc); the
-// call runs after it (httpfilter.WithAfter), on the RPC's own goroutine,
-// bounded by the filter's timeout and the RPC's deadline. The side channel
+// call is the work the step returns (httpfilter.After), run after the tap
+// on the RPC's own goroutine, bounded by the filter's timeout and the RPC's
+// deadline. The side channel
 // is internal/grpcservice's (gRFC A102, as ext_authz's): one per target
 // and credentials. A route where no rate limit applies gets no step.
 package globalratelimit
