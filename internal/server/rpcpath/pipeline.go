@@ -98,8 +98,11 @@ func (q *sequence) run(ctx context.Context, inTap bool) (out context.Context, er
 			return ctx, err
 		}
 		// gRPC keeps no header map past the tap: after the move, the
-		// headers are the context's.
-		q.rpc.Header = incoming(ctx)
+		// headers are the context's, read once if a step is left to read
+		// them.
+		if q.next < len(q.stages) {
+			q.rpc.Header = incoming(ctx)
+		}
 	}
 	for q.next < len(q.stages) {
 		running = q.next
@@ -122,7 +125,7 @@ func (q *sequence) run(ctx context.Context, inTap bool) (out context.Context, er
 				return ctx, err
 			}
 		}
-		if ctx != in {
+		if ctx != in && q.next < len(q.stages) {
 			q.rpc.Header = incoming(ctx)
 		}
 	}
