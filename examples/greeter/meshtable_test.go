@@ -148,6 +148,7 @@ func TestMeshMetricsKialiTable(t *testing.T) {
 			g := runGreeter(ctx, t, greeterOptions{bootstrapFile: bs, shutdownTimeout: 5 * time.Second})
 			g.publishListener(ctx, t, ms, meshListener(t, uint32(g.addr.Port)))
 			g.waitServing(ctx, t)
+			var counts map[string]float64
 			for _, h := range headerKinds {
 				for j, c := range connKinds {
 					var cl *caller
@@ -157,7 +158,8 @@ func TestMeshMetricsKialiTable(t *testing.T) {
 					} else {
 						cl = newCaller(t, pki, g, h, c)
 					}
-					got := g.seriesOf(ctx, t, func() error { return cl.call(ctx) })
+					var got map[string]string
+					got, counts = g.seriesOf(ctx, t, counts, func() error { return cl.call(ctx) })
 					// The exporter's label of the instrumentation scope aside.
 					if got["otel_scope_name"] != "github.com/proxyless-grpc/xds/mesh" {
 						t.Errorf("%v, %v: otel_scope_name %q, want the mesh metrics'", h, c, got["otel_scope_name"])
