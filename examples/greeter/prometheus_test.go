@@ -21,8 +21,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/proxyless-grpc/xds/internal/testutils"
 )
 
 // envRequirePrometheus makes the Prometheus test fail, instead of skip,
@@ -92,14 +90,14 @@ scrape_configs:
 			t.Errorf("prometheus did not stop on SIGTERM within 10s; log:\n%s", p.log.String())
 		}
 	})
-	testutils.WaitFor(ctx, t, "prometheus to be ready", func() error {
+	pollPrometheus(ctx, t, "prometheus to be ready", func() error {
 		select {
 		case err := <-exited:
 			exited <- err
 			t.Fatalf("prometheus exited: %v; log:\n%s", err, p.log.String())
 		default:
 		}
-		resp, err := http.Get(p.url + "/-/ready")
+		resp, err := promClient.Get(p.url + "/-/ready")
 		if err != nil {
 			return err
 		}
@@ -126,20 +124,40 @@ func prometheusBinary(t *testing.T) string {
 	return bin
 }
 
+// pollPrometheus is testutils.WaitFor at the pace of Prometheus, which
+// scrapes every second: it asks every 100ms rather than every few.
+func pollPrometheus(ctx context.Context, t *testing.T, what string, cond func() error) {
+	t.Helper()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s: %v", what, err)
+		case <-tick.C:
+		}
+	}
+}
+
 // promSample is one sample of an instant query's vector.
 type promSample struct {
 	Metric map[string]string
 	Value  float64
 }
 
+// promClient is the client of Prometheus' API: each query has its own
+// deadline, apart from the test's, so that a wait that times out reports
+// the last answer rather than its own cancellation.
+var promClient = &http.Client{Timeout: 5 * time.Second}
+
 // query runs an instant query through Prometheus' HTTP API
 // (/api/v1/query) and returns its vector.
-func (p *prometheusServer) query(ctx context.Context, q string) ([]promSample, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"/api/v1/query?"+url.Values{"query": {q}}.Encode(), nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
+func (p *prometheusServer) query(q string) ([]promSample, error) {
+	resp, err := promClient.Get(p.url + "/api/v1/query?" + url.Values{"query": {q}}.Encode())
 	if err != nil {
 		return nil, err
 	}
@@ -244,6 +262,9 @@ func TestKialiPrometheus(t *testing.T) {
 
 	start := time.Now()
 	prom := startPrometheus(ctx, t, strings.TrimPrefix(g.adminHTTP, "http://"))
+	// Scrapes every second: the answers come within seconds.
+	wait, cancelWait := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelWait()
 	queries := []string{
 		// Kiali's defaults: ambient traffic "total", the last 10m.
 		kialiNamespaceQuery(`reporter=~"waypoint|destination"`, "default", "600s"),
@@ -251,8 +272,8 @@ func TestKialiPrometheus(t *testing.T) {
 		kialiNamespaceQuery(`reporter="destination"`, "default", "600s"),
 	}
 	for _, q := range queries {
-		testutils.WaitFor(ctx, t, "Kiali's edges from Prometheus: "+q, func() error {
-			samples, err := prom.query(ctx, q)
+		pollPrometheus(wait, t, "Kiali's edges from Prometheus: "+q, func() error {
+			samples, err := prom.query(q)
 			if err != nil {
 				return err
 			}
@@ -277,8 +298,8 @@ func TestKialiPrometheus(t *testing.T) {
 	t.Logf("Kiali's %d edges after %v", len(wantEdges), time.Since(start).Round(time.Millisecond))
 
 	p99 := istioServerP99(svcHost, "1m")
-	testutils.WaitFor(ctx, t, "the service dashboard's P99: "+p99, func() error {
-		samples, err := prom.query(ctx, p99)
+	pollPrometheus(wait, t, "the service dashboard's P99: "+p99, func() error {
+		samples, err := prom.query(p99)
 		if err != nil {
 			return err
 		}
