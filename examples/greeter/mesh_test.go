@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"slices"
 	"sort"
 	"strings"
@@ -132,7 +133,7 @@ func (p *meshPKI) dialOptions(t *testing.T, c connKind, name string) []grpc.Dial
 		leaf := p.ca.Issue(t, o)
 		creds = credentials.NewTLS(&tls.Config{RootCAs: p.ca.Pool, Certificates: []tls.Certificate{leaf.TLS}})
 	}
-	src := &net.TCPAddr{IP: net.ParseIP(c.srcIP())}
+	src := net.TCPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr(c.srcIP()), 0))
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
