@@ -68,7 +68,9 @@ const (
 const maxHeader = 8 << 10
 
 // Workload is what the metrics say about one side of an RPC. Every field
-// is Unknown when it cannot be told, except CanonicalRevision ("latest").
+// is Unknown when it cannot be told, except CanonicalRevision ("latest")
+// and, on the source side, a Cluster that Kiali must not see as unknown
+// (Absent; see source).
 type Workload struct {
 	Name, Namespace, App, Version, CanonicalService, CanonicalRevision, Cluster string
 }
