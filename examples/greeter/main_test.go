@@ -225,13 +225,19 @@ func managementServer(t *testing.T) (*e2e.ManagementServer, string) {
 // managementServerWith is managementServer with the bootstrap's
 // certificate_providers.
 func managementServerWith(t *testing.T, providers map[string]json.RawMessage) (*e2e.ManagementServer, string) {
+	return managementServerFor(t, pilotAgentMetadata, providers)
+}
+
+// managementServerFor is managementServerWith with the node metadata md
+// (nil: none).
+func managementServerFor(t *testing.T, md map[string]any, providers map[string]json.RawMessage) (*e2e.ManagementServer, string) {
 	ms := e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
 	t.Cleanup(ms.Stop)
 	path := filepath.Join(t.TempDir(), "bootstrap.json")
 	contents := e2e.Bootstrap(t, e2e.BootstrapOptions{
 		ServerURIs:                         []string{ms.Address},
 		NodeID:                             "greeter-test",
-		NodeMetadata:                       pilotAgentMetadata,
+		NodeMetadata:                       md,
 		ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
 		CertificateProviders:               providers,
 	})

@@ -68,7 +68,9 @@ const (
 const maxHeader = 8 << 10
 
 // Workload is what the metrics say about one side of an RPC. Every field
-// is Unknown when it cannot be told, except CanonicalRevision ("latest").
+// is Unknown when it cannot be told, except CanonicalRevision ("latest")
+// and, on the source side, a Cluster that Kiali must not see as unknown
+// (Absent; see source).
 type Workload struct {
 	Name, Namespace, App, Version, CanonicalService, CanonicalRevision, Cluster string
 }
@@ -283,21 +285,48 @@ func principal(id string) string {
 	return id
 }
 
-// Source is the client's side of one connection and header: its workload
-// from the peer metadata when valid, else what its certificate says.
-func source(peerHeader string, peerID, peerNS string) Workload {
+// Absent is the value of a cluster label that Kiali must read as not given:
+// an empty label, which Prometheus does not store. Envoy's istio_stats writes
+// destination_cluster so when the node metadata has no CLUSTER_ID; Kiali
+// reads a missing cluster as unknown (HandleClusters), while it drops a
+// series whose namespace is known and whose cluster label is present but
+// "unknown" (IsBadSourceTelemetry and IsBadDestTelemetry, case 2, kiali
+// graph/telemetry/istio/util).
+const Absent = ""
+
+// source is the client's side of one connection and header, as Envoy's
+// istio_stats writes it on the inbound side, except where Kiali would drop
+// the series:
+//
+//   - workload, app, version, canonical service and revision, and cluster
+//     from the peer metadata header when it is valid (Istio's or the CSM
+//     plugin's keys);
+//   - the namespace from the client certificate's SPIFFE ID (peerNS), else
+//     from the header: Envoy's order, the certificate being authenticated;
+//   - Kiali's case 1 (a known namespace, neither workload nor canonical
+//     service): the namespace is unknown too, so the source is shown as
+//     unknown instead of being lost;
+//   - Kiali's case 2 (a known namespace, the cluster unknown): the
+//     server's own cluster when the client's SPIFFE ID is in the server's
+//     own trust domain (peerTD == localTD: the same mesh), which is the
+//     assumption Kiali makes itself for an unknown destination cluster
+//     (HandleDestination, istio/istio#29373); else Absent.
+func source(peerHeader, peerTD, peerNS string, local Workload, localTD string) Workload {
 	w, ok := DecodePeer(peerHeader)
 	if !ok {
 		w = unknownWorkload()
 	}
-	if w.Namespace == Unknown && peerNS != "" {
+	if peerNS != "" {
 		w.Namespace = peerNS
 	}
-	// Kiali drops a series whose source namespace is known while both its
-	// workload and its canonical service are not: such a source is shown as
-	// unknown instead of being lost.
 	if w.Name == Unknown && w.CanonicalService == Unknown {
 		w.Namespace = Unknown
+	}
+	if w.Namespace != Unknown && w.Cluster == Unknown {
+		w.Cluster = Absent
+		if peerTD != "" && peerTD == localTD && local.Cluster != Unknown {
+			w.Cluster = local.Cluster
+		}
 	}
 	return w
 }
@@ -352,11 +381,22 @@ func baseAttrs(local *Local, localPrincipal string, src Workload, srcPrincipal s
 		attribute.String(LabelDestinationServiceNamespace, svcNS),
 		attribute.String(LabelDestinationCanonicalService, d.CanonicalService),
 		attribute.String(LabelDestinationCanonicalRevision, d.CanonicalRevision),
-		attribute.String(LabelDestinationCluster, d.Cluster),
+		attribute.String(LabelDestinationCluster, destinationCluster(d.Cluster)),
 		attribute.String(LabelRequestProtocol, "grpc"),
 		attribute.String(LabelResponseFlags, "-"),
 		attribute.String(LabelConnectionSecurityPolicy, policy),
 	}
+}
+
+// destinationCluster is the destination_cluster of a server in cluster: the
+// node metadata's CLUSTER_ID, else Absent, as Envoy's istio_stats writes it.
+// (Present but "unknown", Kiali would drop the series when the service's
+// namespace is known and the source's cluster is not.)
+func destinationCluster(cluster string) string {
+	if cluster == Unknown {
+		return Absent
+	}
+	return cluster
 }
 
 // withCodes completes base with an RPC's response codes: HTTP 200 (a gRPC

@@ -311,14 +311,18 @@ func (h *handler) lookup(k entryKey) *entry {
 	}
 	// The client's identity, and the server's own: read when a label set
 	// is first built.
-	var peerID, peerNS, localID string
+	var peerID, peerNS, localID, localTD string
 	if k.peerHost != "" || k.peerPath != "" {
 		peerID, peerNS = spiffeIDOf(&url.URL{Scheme: "spiffe", Host: k.peerHost, Path: k.peerPath})
 	}
 	if k.tls && h.localCert != nil {
-		localID, _ = SpiffeID(h.localCert())
+		if u := spiffeURI(h.localCert()); u != nil {
+			localID, _ = spiffeIDOf(u)
+			localTD = u.Host
+		}
 	}
-	e = &entry{base: baseAttrs(h.r.local, localID, source(k.header, peerID, peerNS), peerID, k.mtls, k.authority)}
+	src := source(k.header, k.peerHost, peerNS, h.r.local.Workload, localTD)
+	e = &entry{base: baseAttrs(h.r.local, localID, src, peerID, k.mtls, k.authority)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if old, ok := h.entries[k]; ok {

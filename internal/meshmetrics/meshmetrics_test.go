@@ -131,21 +131,59 @@ func TestLocalReply(t *testing.T) {
 	}
 }
 
+// TestSource: the client's side as Envoy's istio_stats writes it, except
+// where Kiali's IsBadSourceTelemetry would drop the series (kiali
+// graph/telemetry/istio/util): case 1, a known namespace with neither
+// workload nor canonical service; case 2, a known namespace with a cluster
+// present but unknown.
 func TestSource(t *testing.T) {
-	hdr := encode(t, istioNode("client-ns", "sleep"), true)
-	if w := source(hdr, "spiffe://td/ns/other/sa/x", "other"); w.Namespace != "client-ns" || w.Name != "sleep" {
-		t.Errorf("with a header: %+v, want the header's workload", w)
+	local := Workload{Name: "greeter", Namespace: "server-ns", CanonicalService: "greeter", Cluster: "Kubernetes"}
+	istio := encode(t, istioNode("client-ns", "sleep"), true)
+	noCluster := encode(t, map[string]any{"NAMESPACE": "client-ns", "WORKLOAD_NAME": "sleep"}, true)
+	csmOff := encode(t, map[string]any{"type": "unknown", "canonical_service": "c"}, false)
+	for _, c := range []struct {
+		desc                     string
+		header, peerTD, peerNS   string
+		localCluster, localTD    string
+		wantNS, wantName, wantCS string
+		wantCluster              string
+	}{
+		{"the header, no certificate", istio, "", "", "Kubernetes", "td", "client-ns", "sleep", "sleep-svc", "Kubernetes"},
+		{"the certificate's namespace before the header's (Envoy's order)", istio, "td", "other", "Kubernetes", "td", "other", "sleep", "sleep-svc", "Kubernetes"},
+		{"a certificate alone: case 1, the namespace stays unknown", "", "td", "other", "Kubernetes", "td", Unknown, Unknown, Unknown, Unknown},
+		{"a CSM header off Google Cloud over mTLS in the server's trust domain: case 2, the server's cluster", csmOff, "td", "other", "Kubernetes", "td", "other", Unknown, "c", "Kubernetes"},
+		{"the same from another trust domain: case 2, the cluster absent", csmOff, "td2", "other", "Kubernetes", "td", "other", Unknown, "c", Absent},
+		{"the same, the server without CLUSTER_ID: the cluster absent", csmOff, "td", "other", Unknown, "td", "other", Unknown, "c", Absent},
+		{"the same, the server without a SPIFFE ID: the cluster absent", csmOff, "td", "other", "Kubernetes", "", "other", Unknown, "c", Absent},
+		{"a CSM header off Google Cloud in plaintext: no namespace, the cluster unknown as Envoy has it", csmOff, "", "", "Kubernetes", "", Unknown, Unknown, "c", Unknown},
+		{"an Istio header without CLUSTER_ID in plaintext: the cluster absent", noCluster, "", "", "Kubernetes", "", "client-ns", "sleep", "sleep", Absent},
+		{"a malformed header in plaintext: all unknown", "!!!", "", "", "Kubernetes", "", Unknown, Unknown, Unknown, Unknown},
+	} {
+		l := local
+		l.Cluster = c.localCluster
+		w := source(c.header, c.peerTD, c.peerNS, l, c.localTD)
+		if w.Namespace != c.wantNS || w.Name != c.wantName || w.CanonicalService != c.wantCS || w.Cluster != c.wantCluster {
+			t.Errorf("%s: %+v; want namespace %q, workload %q, canonical service %q, cluster %q", c.desc, w, c.wantNS, c.wantName, c.wantCS, c.wantCluster)
+		}
 	}
-	// A certificate alone: Kiali would drop a known namespace with an
-	// unknown workload and canonical service, so the namespace stays
-	// unknown too.
-	if w := source("", "spiffe://td/ns/other/sa/x", "other"); w != unknownWorkload() {
-		t.Errorf("certificate only: %+v, want all unknown", w)
-	}
-	// A CSM header without a namespace: the certificate's.
-	csm := encode(t, map[string]any{"type": "unknown", "canonical_service": "c"}, false)
-	if w := source(csm, "spiffe://td/ns/other/sa/x", "other"); w.Namespace != "other" || w.CanonicalService != "c" {
-		t.Errorf("CSM header without namespace: %+v, want the certificate's namespace", w)
+}
+
+// destination_cluster is CLUSTER_ID, else absent (empty), as Envoy writes it.
+func TestDestinationCluster(t *testing.T) {
+	md := istioNode("server-ns", "greeter")
+	delete(md, "CLUSTER_ID")
+	for _, c := range []struct {
+		local *Local
+		want  string
+	}{
+		{NewLocal("n", mustStruct(t, istioNode("server-ns", "greeter"))), "Kubernetes"},
+		{NewLocal("n", mustStruct(t, md)), Absent},
+		{NewLocal("n", nil), Absent},
+	} {
+		set := attribute.NewSet(baseAttrs(c.local, "", unknownWorkload(), "", false, "a")...)
+		if v, ok := set.Value(LabelDestinationCluster); !ok || v.AsString() != c.want {
+			t.Errorf("destination_cluster of %+v = %q, %v; want %q", c.local.Workload, v.AsString(), ok, c.want)
+		}
 	}
 }
 
