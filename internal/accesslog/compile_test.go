@@ -115,7 +115,7 @@ func TestCompileErrors(t *testing.T) {
 		{"formatters", []*accesslogpb.AccessLog{logOf(t, stdout(&corepb.SubstitutionFormatString{
 			Format:     &corepb.SubstitutionFormatString_TextFormat{TextFormat: "x"},
 			Formatters: []*corepb.TypedExtensionConfig{{Name: "envoy.formatter.cel"}}}), nil)},
-			"[0].typed_config.log_format.formatters", "none is supported"},
+			"[0].typed_config.log_format.formatters", "formatter extensions are not supported"},
 		{"content_type with a newline", []*accesslogpb.AccessLog{logOf(t, stdout(&corepb.SubstitutionFormatString{
 			Format: &corepb.SubstitutionFormatString_TextFormat{TextFormat: "x"}, ContentType: "a\nb"}), nil)},
 			"[0].typed_config.log_format.content_type", "contains NUL, CR or LF"},
@@ -164,7 +164,7 @@ func TestCompileErrors(t *testing.T) {
 		{"duration without comparison", withFilter(&accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_DurationFilter{DurationFilter: &accesslogpb.DurationFilter{}}}),
 			"[0].filter.duration_filter.comparison", "missing"},
 		{"and of one", withFilter(&accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_AndFilter{AndFilter: &accesslogpb.AndFilter{
-			Filters: []*accesslogpb.AccessLogFilter{ok}}}}), "[0].filter.and_filter.filters", "has 1 filters, want at least 2"},
+			Filters: []*accesslogpb.AccessLogFilter{ok}}}}), "[0].filter.and_filter.filters", "holds 1, want at least 2 filters"},
 		{"or with a bad filter", withFilter(&accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_OrFilter{OrFilter: &accesslogpb.OrFilter{
 			Filters: []*accesslogpb.AccessLogFilter{ok, status(nil)}}}}), "[0].filter.or_filter.filters[1].status_code_filter.comparison", "missing"},
 		{"header filter without header", withFilter(&accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_HeaderFilter{HeaderFilter: &accesslogpb.HeaderFilter{}}}),

@@ -276,7 +276,7 @@ func (c *compiler) compileSubstitution(s *corepb.SubstitutionFormatString) (form
 		return c.defaultFormat(), nil
 	}
 	if n := len(s.GetFormatters()); n > 0 {
-		return nil, fieldErrorf("formatters", "has %d formatter extensions; none is supported", n)
+		return nil, fieldErrorf("formatters", "formatter extensions are not supported (%d given)", n)
 	}
 	if strings.ContainsAny(s.GetContentType(), "\x00\r\n") {
 		return nil, fieldErrorf("content_type", "%q contains NUL, CR or LF", s.GetContentType())

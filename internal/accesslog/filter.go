@@ -83,7 +83,7 @@ func (c *compiler) compileFilter(f *accesslogpb.AccessLogFilter) (filter, error)
 // least two, Envoy's rule).
 func (c *compiler) compileFilters(field string, fs []*accesslogpb.AccessLogFilter) ([]filter, error) {
 	if len(fs) < 2 {
-		return nil, fieldErrorf(field+".filters", "has %d filters, want at least 2", len(fs))
+		return nil, fieldErrorf(field+".filters", "holds %d, want at least 2 filters (Envoy's rule)", len(fs))
 	}
 	out := make([]filter, len(fs))
 	for i, f := range fs {
