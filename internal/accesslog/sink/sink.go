@@ -16,8 +16,9 @@
 // Reopen, and when a new Logger takes the output.
 //
 // Reopen reopens every file, for logrotate's move-and-reopen (logrotate's
-// postrotate calls it through the program or the admin port); the server
-// installs no signal handler of its own.
+// postrotate calls it through the program, or an admin endpoint like
+// Envoy's /reopen_logs); the server installs no signal handler of its
+// own: a library must not take SIGUSR1 from the program that links it.
 package sink
 
 import (
