@@ -134,10 +134,18 @@ func (f *timeFormat) appendTime(b []byte, t time.Time) []byte {
 
 // appendConversion appends one conversion of t.
 func appendConversion(b []byte, t time.Time, it timeItem) []byte {
-	if it.ext {
+	switch {
+	case it.ext:
 		return appendExtension(b, t, it)
+	case indexByte("aAbhBcCdDxeFgGjmuUVwWyY", it.conv):
+		return appendDate(b, t, it.conv)
 	}
-	switch it.conv {
+	return appendClock(b, t, it)
+}
+
+// appendDate appends a conversion of t's date.
+func appendDate(b []byte, t time.Time, conv byte) []byte {
+	switch conv {
 	case 'a':
 		return append(b, shortDays[t.Weekday()]...)
 	case 'A':
@@ -158,24 +166,45 @@ func appendConversion(b []byte, t time.Time, it timeItem) []byte {
 		return appendInt(b, t.Day(), 2, ' ')
 	case 'F':
 		return t.AppendFormat(b, "2006-01-02")
-	case 'g', 'G':
+	case 'g':
 		y, _ := t.ISOWeek()
-		if it.conv == 'g' {
-			return appendInt(b, y%100, 2, '0')
-		}
+		return appendInt(b, y%100, 2, '0')
+	case 'G':
+		y, _ := t.ISOWeek()
 		return appendInt(b, y, 4, '0')
+	case 'j':
+		return appendInt(b, t.YearDay(), 3, '0')
+	case 'm':
+		return appendInt(b, int(t.Month()), 2, '0')
+	case 'u':
+		return appendInt(b, (int(t.Weekday())+6)%7+1, 1, '0')
+	case 'U':
+		return appendInt(b, (t.YearDay()+6-int(t.Weekday()))/7, 2, '0')
+	case 'V':
+		_, w := t.ISOWeek()
+		return appendInt(b, w, 2, '0')
+	case 'w':
+		return appendInt(b, int(t.Weekday()), 1, '0')
+	case 'W':
+		return appendInt(b, (t.YearDay()+6-(int(t.Weekday())+6)%7)/7, 2, '0')
+	case 'y':
+		return appendInt(b, t.Year()%100, 2, '0')
+	}
+	return strconv.AppendInt(b, int64(t.Year()), 10) // 'Y'
+}
+
+// appendClock appends a conversion of t's time of day, its zone, its
+// seconds since the epoch or its fraction, or '%'.
+func appendClock(b []byte, t time.Time, it timeItem) []byte {
+	switch it.conv {
 	case 'H':
 		return appendInt(b, t.Hour(), 2, '0')
 	case 'I':
 		return appendInt(b, hour12(t), 2, '0')
-	case 'j':
-		return appendInt(b, t.YearDay(), 3, '0')
 	case 'k':
 		return appendInt(b, t.Hour(), 2, ' ')
 	case 'l':
 		return appendInt(b, hour12(t), 2, ' ')
-	case 'm':
-		return appendInt(b, int(t.Month()), 2, '0')
 	case 'M':
 		return appendInt(b, t.Minute(), 2, '0')
 	case 'p':
@@ -196,21 +225,6 @@ func appendConversion(b []byte, t time.Time, it timeItem) []byte {
 		return append(b, '\t')
 	case 'T', 'X':
 		return t.AppendFormat(b, "15:04:05")
-	case 'u':
-		return appendInt(b, (int(t.Weekday())+6)%7+1, 1, '0')
-	case 'U':
-		return appendInt(b, (t.YearDay()+6-int(t.Weekday()))/7, 2, '0')
-	case 'V':
-		_, w := t.ISOWeek()
-		return appendInt(b, w, 2, '0')
-	case 'w':
-		return appendInt(b, int(t.Weekday()), 1, '0')
-	case 'W':
-		return appendInt(b, (t.YearDay()+6-(int(t.Weekday())+6)%7)/7, 2, '0')
-	case 'y':
-		return appendInt(b, t.Year()%100, 2, '0')
-	case 'Y':
-		return strconv.AppendInt(b, int64(t.Year()), 10)
 	case 'z':
 		return t.AppendFormat(b, "-0700")
 	case 'Z':
