@@ -224,7 +224,8 @@ func TestCompileLoggers(t *testing.T) {
 		logOf(t, &streampb.StdoutAccessLog{}, nil),
 		logOf(t, &streampb.StderrAccessLog{}, nil),
 		logOf(t, &filepb.FileAccessLog{Path: "/var/log/grpc/access.log"}, nil),
-		logOf(t, &filepb.FileAccessLog{Path: "/dev/stderr"}, nil),
+		logOf(t, &filepb.FileAccessLog{Path: "/dev/./stderr"}, nil),
+		logOf(t, &filepb.FileAccessLog{Path: "/var/log//grpc/access.log"}, nil),
 	})
 	if err != nil {
 		t.Fatalf("Compile: %v", err)
@@ -233,7 +234,7 @@ func TestCompileLoggers(t *testing.T) {
 	for _, l := range cfg.Loggers() {
 		paths = append(paths, l.Path)
 	}
-	if got, want := strings.Join(paths, " "), "/dev/stdout /dev/stderr /var/log/grpc/access.log /dev/stderr"; got != want {
+	if got, want := strings.Join(paths, " "), "/dev/stdout /dev/stderr /var/log/grpc/access.log /dev/stderr /var/log/grpc/access.log"; got != want {
 		t.Errorf("paths %q, want %q", got, want)
 	}
 	if cfg, err := accesslog.Compile(nil); cfg != nil || err != nil {

@@ -3,6 +3,7 @@ package accesslog
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -219,7 +220,8 @@ func (c *compiler) compileLogger(al *accesslogpb.AccessLog) (*Logger, error) {
 }
 
 // filePath checks a FileAccessLog path: not empty (Envoy's rule), no NUL.
-// /dev/stdout and /dev/stderr are the process's standard streams.
+// It is cleaned (filepath.Clean), so that spellings of one path share one
+// output; /dev/stdout and /dev/stderr are the process's standard streams.
 func filePath(p string) (string, error) {
 	switch {
 	case p == "":
@@ -227,7 +229,7 @@ func filePath(p string) (string, error) {
 	case strings.ContainsRune(p, 0):
 		return "", fieldErrorf("", "%q contains NUL", p)
 	}
-	return p, nil
+	return filepath.Clean(p), nil
 }
 
 // compileFileFormat compiles a FileAccessLog's format, deprecated fields
