@@ -61,6 +61,8 @@ type Options struct {
 type Outputs struct {
 	opts Options
 
+	// mu is taken before an output's own mu (releasing a Logger stops
+	// outputs under it), never after; nothing does I/O under either.
 	mu      sync.Mutex
 	outputs map[string]*output // by path; guarded by mu
 	closed  bool               // guarded by mu

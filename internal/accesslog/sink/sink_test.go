@@ -472,3 +472,23 @@ func TestNoConfig(t *testing.T) {
 	l.Log(rec("/a"))
 	l.Close()
 }
+
+// Close is bounded: with a writer stuck in a write, it returns ctx's error
+// when ctx ends, and the writer finishes once the write returns.
+func TestCloseBounded(t *testing.T) {
+	w := newBlockingWriter()
+	o := sink.New(sink.Options{OpenFile: func(string) (io.WriteCloser, error) { return w, nil }})
+	l := o.Logger(fileLog(t, "/var/log/stuck.log"))
+	l.Log(rec("/a"))
+	<-w.entered
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := o.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Close with a stuck writer = %v, want DeadlineExceeded", err)
+	}
+	close(w.release)
+	closeOutputs(t, o) // waits for the writer to exit
+	if got := w.String(); got != "/a\n" {
+		t.Errorf("written %q, want the line held", got)
+	}
+}
