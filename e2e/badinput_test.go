@@ -181,7 +181,7 @@ func withUnknown(b []byte) proto.Message {
 }
 
 func badInputCases() []badCase {
-	return []badCase{
+	return append([]badCase{
 		// --- Listener (A36) ---
 		{name: "listener_filters", mutate: func(_ *testing.T, l *listenerpb.Listener) {
 			l.ListenerFilters = []*listenerpb.ListenerFilter{{Name: "envoy.filters.listener.tls_inspector"}}
@@ -571,7 +571,7 @@ func badInputCases() []badCase {
 			}
 			return withUnknown(b[:len(b)-3])
 		}, want: []string{"resource 0", "malformed Listener"}, unnamed: true},
-	}
+	}, accessLogBadCases()...)
 }
 
 // then chains two mutations.

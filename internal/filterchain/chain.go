@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 
+	accesslogpb "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/proxyless-grpc/xds/internal/accesslog"
 	"github.com/proxyless-grpc/xds/internal/fieldpath"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/routing"
@@ -46,6 +48,9 @@ var (
 type chainCompiler struct {
 	parser  *httpfilter.Parser
 	configs map[configKey]*configEntry
+	// accessLogs are the access logs compiled, by accesslog.Key: chains
+	// whose HttpConnectionManagers differ but log alike share one.
+	accessLogs map[string]*accesslog.Config
 	// instances are the bootstrap's certificate provider instances (see
 	// Options.CertProviderInstances); nil skips the existence check.
 	instances map[string]bool
@@ -97,7 +102,7 @@ type hcmResult struct {
 func (e *configEntry) usesEnv() bool { return e != nil && e.hcm != nil && e.hcm.usesEnv }
 
 func newChainCompiler(p *httpfilter.Parser) *chainCompiler {
-	return &chainCompiler{parser: p, configs: map[configKey]*configEntry{}, budget: maxMatchers}
+	return &chainCompiler{parser: p, configs: map[configKey]*configEntry{}, accessLogs: map[string]*accesslog.Config{}, budget: maxMatchers}
 }
 
 // config returns the entry of a's config (nil: the empty config), adding it
@@ -262,7 +267,8 @@ func (c *chainCompiler) decodeHCM(raw httpfilter.RawConfig) (*HTTPConnectionMana
 const maxRequestHeadersKB = 8192
 
 // validateHCM checks the HttpConnectionManager fields that gRFC A36, A39 and
-// A41 constrain, and compiles its HTTP filters and inline routes.
+// A41 constrain, and compiles its HTTP filters, access log and inline
+// routes.
 func (c *chainCompiler) validateHCM(m *hcmpb.HttpConnectionManager) (*HTTPConnectionManager, error) {
 	// gRFC A41: RBAC treats the peer address as the client address, which
 	// holds only if no hop is trusted to rewrite it.
@@ -292,6 +298,9 @@ func (c *chainCompiler) validateHCM(m *hcmpb.HttpConnectionManager) (*HTTPConnec
 		}
 		out.MaxRequestHeaders = int(min(n.GetValue(), math.MaxInt32))
 	}
+	if out.AccessLog, err = c.accessLog(m.GetAccessLog()); err != nil {
+		return nil, inField("access_log", err)
+	}
 	switch rs := m.GetRouteSpecifier().(type) {
 	case *hcmpb.HttpConnectionManager_Rds:
 		if out.RDSName, err = rdsName(rs.Rds); err != nil {
@@ -313,6 +322,25 @@ func (c *chainCompiler) validateHCM(m *hcmpb.HttpConnectionManager) (*HTTPConnec
 		return nil, fieldErrorf("route_specifier", "unsupported %T, want route_config or rds", rs)
 	}
 	return out, nil
+}
+
+// accessLog compiles an HttpConnectionManager's access_log; configs that
+// serialize alike are compiled once per Listener, and taken from the
+// chains a compile reuses.
+func (c *chainCompiler) accessLog(logs []*accesslogpb.AccessLog) (*accesslog.Config, error) {
+	if len(logs) == 0 {
+		return nil, nil
+	}
+	key := accesslog.Key(logs)
+	if cfg, ok := c.accessLogs[key]; ok {
+		return cfg, nil
+	}
+	cfg, err := accesslog.Compile(logs)
+	if err != nil {
+		return nil, err
+	}
+	c.accessLogs[key] = cfg
+	return cfg, nil
 }
 
 // rdsName validates an rds route specifier: the RouteConfiguration comes

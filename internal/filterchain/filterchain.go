@@ -20,6 +20,7 @@ import (
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tlspb "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 
+	"github.com/proxyless-grpc/xds/internal/accesslog"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/routing"
 )
@@ -196,6 +197,11 @@ type HTTPConnectionManager struct {
 	// Filters are the HTTP filters to run, in order, ending with the router
 	// (gRFC A39). Optional filters of unknown types are left out.
 	Filters []httpfilter.Instance
+	// AccessLog is the compiled access_log (package internal/accesslog):
+	// the loggers of the RPCs of chains using this HCM; nil without one.
+	// Chains whose access_log configs serialize alike share one value, also
+	// across the versions of a Listener that CompileRaw reuses chains from.
+	AccessLog *accesslog.Config
 	// MaxRequestHeaderBytes is max_request_headers_kb in bytes, and
 	// MaxRequestHeaders common_http_protocol_options.max_headers_count: the
 	// bounds of an RPC's request headers, their size and number as Envoy

@@ -137,8 +137,8 @@ func (t *Table) reusable(key uint64, raw []byte, envKey string) *compiledChain {
 
 // reuse takes a chain compiled for an earlier version of the Listener, now
 // at position i: its matchers count against the budget again, its ignored
-// fields are listed again, and its configs join the memo, so that new
-// chains with the same configs share them.
+// fields are listed again, and its configs (its access log too) join the
+// memo, so that new chains with the same configs share them.
 func (c *chainCompiler) reuse(prev *compiledChain, i int) (chainSpec, error) {
 	spec := prev.spec
 	spec.ref = chainRef{index: i, name: spec.chain.Name}
@@ -154,6 +154,11 @@ func (c *chainCompiler) reuse(prev *compiledChain, i int) (chainSpec, error) {
 			if _, ok := c.configs[e.key]; !ok {
 				c.configs[e.key] = e
 			}
+		}
+	}
+	if al := spec.chain.HCM.AccessLog; al != nil {
+		if _, ok := c.accessLogs[al.Key()]; !ok {
+			c.accessLogs[al.Key()] = al
 		}
 	}
 	return spec, nil

@@ -1,7 +1,8 @@
 // Package metrics records the xDS server's OpenTelemetry metrics: serving
 // state, connections accepted and rejected, drains, the outcomes the HTTP
 // filters count (RBAC decisions, RPCs refused by local rate limits: each
-// filter names its own counter, httpfilter.Outcomes), and TLS handshakes
+// filter names its own counter, httpfilter.Outcomes), access log lines
+// dropped (per output, not per listener: outputs are shared), and TLS handshakes
 // and certificate expiry per filter chain, per listener, under the "grpc.xds_server." prefix
 // (the handshake count follows gRFC A118's "grpc.server.tls.handshakes").
 // (The xDS client records its
@@ -85,8 +86,11 @@ type Server struct {
 	rejected metric.Int64Counter
 	drains   metric.Int64Counter
 	noTLS    metric.Int64Counter
-	tls      *tlsInstruments
-	meter    metric.Meter
+	// accessLogDropped counts the access log lines not written
+	// (AccessLogDropped).
+	accessLogDropped metric.Int64Counter
+	tls              *tlsInstruments
+	meter            metric.Meter
 
 	mu       sync.Mutex
 	counters map[string]metric.Int64Counter // the HTTP filters' outcome counters, by name; guarded by mu
@@ -123,6 +127,7 @@ func NewServer(mp metric.MeterProvider) *Server {
 	s.noTLS, err = m.Int64Counter(TLSNotApplied, metric.WithUnit("{connection}"),
 		metric.WithDescription("Connections on a filter chain that asks for TLS, served without it because the server's credentials are not xDS credentials."))
 	keep(err)
+	s.accessLogDropped = newAccessLogDropped(m, keep)
 	s.tls = newTLSInstruments(m, &errs)
 	if len(errs) > 0 {
 		logger.Errorf("xds: creating metrics: %v", errs)

@@ -108,3 +108,31 @@ func TestDependencies(t *testing.T) {
 	const mod = testutils.ModulePath
 	testutils.CheckDeps(t, mod+"/internal/metrics", mod+"/internal/xdsclient", mod+"/internal/filterchain", mod+"/internal/testutils", "testing")
 }
+
+// The access log recorder counts dropped lines by path and reason, without
+// allocating; without metrics it is nil and records nothing.
+func TestAccessLogDropped(t *testing.T) {
+	mr := testutils.NewMetricReader(t)
+	a := metrics.NewServer(mr.Provider).AccessLog("/var/log/access.log")
+	a.DroppedBufferFull(3)
+	a.DroppedWriteError(2)
+	a.DroppedBufferFull(1)
+	path := attribute.String(metrics.AttrAccessLogPath, "/var/log/access.log")
+	for _, c := range []struct {
+		reason string
+		want   int64
+	}{{metrics.ReasonBufferFull, 4}, {metrics.ReasonWriteError, 2}} {
+		if got, ok := mr.Value(t, metrics.AccessLogDropped, path, attribute.String(metrics.AttrReason, c.reason)); !ok || got != c.want {
+			t.Errorf("%s{%s} = %d (recorded: %v), want %d", metrics.AccessLogDropped, c.reason, got, ok, c.want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { a.DroppedBufferFull(1) }); n != 0 {
+		t.Errorf("DroppedBufferFull allocates %v times, want 0", n)
+	}
+	var none *metrics.Server
+	if r := none.AccessLog("/x"); r != nil {
+		t.Errorf("AccessLog without metrics = %v, want nil", r)
+	}
+	none.AccessLog("/x").DroppedBufferFull(1)
+	none.AccessLog("/x").DroppedWriteError(1)
+}
