@@ -304,7 +304,8 @@ type HeaderValueMatch struct {
 // replacing the header's values) in a new context, and returns work when
 // Work; the work sets WorkSet and refuses with WorkRefuse (a code) if set.
 // Panic "run" or "work" panics there. Lazy: the filter's type does not
-// declare Needs.After.
+// declare Needs.After (a property of the filter, not of a route's
+// override, which is of the filter's type).
 type Script struct {
 	Require    string `json:",omitempty"`
 	Set        string `json:",omitempty"`

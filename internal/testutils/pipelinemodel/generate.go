@@ -281,7 +281,8 @@ func (g *gen) script() *Script {
 		c.Panic = pick(g, "run", "work")
 		return c
 	case 1:
-		c.Work, c.Lazy = true, true
+		c.Lazy = true
+		c.Work = g.chance(0.7)
 		return c
 	}
 	if g.chance(0.4) {
@@ -354,7 +355,10 @@ func (g *gen) route(c *Chain, catchAll bool) Route {
 					o.RateLimit.Domain = "route-domain"
 				}
 			case f.Script != nil:
+				// Needs.After is the filter type's: an override is of the
+				// filter's own type.
 				o.Script = g.script()
+				o.Script.Lazy = f.Script.Lazy
 			}
 		}
 		rt.Overrides[f.Name] = o

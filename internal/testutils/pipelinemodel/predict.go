@@ -473,7 +473,7 @@ func (m *model) script(s *rpcState, f *Filter, o *Override) {
 	if !cfg.Work && cfg.Panic != "work" {
 		return
 	}
-	if cfg.Lazy {
+	if f.Script.Lazy { // the filter's type does not declare Needs.After
 		s.refuse(codes.Internal, internal, nil)
 		return
 	}
