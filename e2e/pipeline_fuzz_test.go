@@ -44,7 +44,7 @@ var pfKnown = map[string]bool{
 
 // pfSeeds are the seeds TestPipelineModel runs: about 30 s under the race
 // detector on a 2-core machine.
-const pfSeeds = 150
+const pfSeeds = 450
 
 // pfTimeout bounds one RPC of a case (a hang the model does not expect
 // shows as DEADLINE_EXCEEDED), and pfShrinkTime the shrinking of a failing
@@ -70,6 +70,7 @@ func TestPipelineModel(t *testing.T) {
 		rpcs += len(c.RPCs)
 		pfTally(tally, c)
 		if diff := f.run(ctx, t, c); diff != "" {
+			t.Logf("a difference after %d cases (%d RPCs) in %v", seed+1, rpcs, time.Since(start).Round(time.Millisecond))
 			f.fail(ctx, t, fmt.Sprintf("seed %d", seed), c, diff)
 			return
 		}
