@@ -206,13 +206,14 @@ func (f *pfFixture) run(ctx context.Context, t testing.TB, c pm.Case) string {
 	client := testgrpc.NewTestServiceClient(cc)
 	for i := range c.RPCs {
 		r := &c.RPCs[i]
-		rctx, cancel := context.WithTimeout(ctx, pfTimeout)
+		deadline := time.Now().Add(pfTimeout)
 		switch r.Deadline {
 		case "short":
-			rctx, cancel = context.WithTimeout(ctx, pm.DeadlineMillis*time.Millisecond)
+			deadline = time.Now().Add(pm.DeadlineMillis * time.Millisecond)
 		case "passed":
-			rctx, cancel = context.WithDeadline(ctx, time.Now().Add(-time.Second))
+			deadline = time.Now().Add(-time.Second)
 		}
+		rctx, cancel := context.WithDeadline(ctx, deadline)
 		if r.CancelAtHang {
 			f.rec.mu.Lock()
 			cancels[r.ID] = cancel

@@ -17,6 +17,9 @@ import (
 // bounds' edges.
 func Generate(r *rand.Rand, env Env) Case {
 	g := &gen{r: r}
+	// The case's token: a header and value that setters write and readers
+	// look for more often than chance would have them meet.
+	g.tokKey, g.tokVal = pick(g, readKeys...), pick(g, userVals...)
 	c := Case{Env: env}
 	g.chain(&c.Chain)
 	n := 1 + g.r.IntN(6)
@@ -31,7 +34,26 @@ func GenerateSeed(seed uint64, env Env) Case {
 	return Generate(rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), env)
 }
 
-type gen struct{ r *rand.Rand }
+type gen struct {
+	r              *rand.Rand
+	tokKey, tokVal string
+}
+
+// setKV is a header and value a filter sets: often the case's token.
+func (g *gen) setKV() (string, string) {
+	if g.chance(0.5) {
+		return g.tokKey, g.tokVal
+	}
+	return pick(g, setKeys...), pick(g, userVals...)
+}
+
+// readKV is a header and value a filter looks for: often the token.
+func (g *gen) readKV() (string, string) {
+	if g.chance(0.5) {
+		return g.tokKey, g.tokVal
+	}
+	return pick(g, readKeys...), pick(g, userVals...)
+}
 
 func (g *gen) chance(p float64) bool { return g.r.Float64() < p }
 
@@ -113,7 +135,8 @@ func (g *gen) headerMatch() HeaderMatch {
 	case 2:
 		return HeaderMatch{Name: "x-data-bin", Kind: "exact", Value: "AAE"} // the wire form of 0x00 0x01
 	}
-	return HeaderMatch{Name: pick(g, readKeys...), Kind: "exact", Value: pick(g, userVals...)}
+	k, v := g.readKV()
+	return HeaderMatch{Name: k, Kind: "exact", Value: v}
 }
 
 func (g *gen) rule(principal bool) Rule {
@@ -191,7 +214,7 @@ func (g *gen) extAuthz() *ExtAuthz {
 func (g *gen) localRL(name string, perRoute bool) *LocalRL {
 	c := &LocalRL{
 		StatPrefix: pick(g, "p0", "p1"),
-		MaxTokens:  g.r.IntN(4),
+		MaxTokens:  pick(g, 0, 0, 1, 2, 3),
 		Enabled:    g.chance(0.9),
 		Enforced:   g.chance(0.6),
 	}
@@ -207,7 +230,8 @@ func (g *gen) localRL(name string, perRoute bool) *LocalRL {
 	}
 	if g.chance(0.6) {
 		for range 1 + g.r.IntN(2) {
-			c.ShadowHeaders = append(c.ShadowHeaders, HeaderOp{Key: pick(g, setKeys...), Value: pick(g, userVals...), Action: g.r.IntN(4)})
+			k, v := g.setKV()
+			c.ShadowHeaders = append(c.ShadowHeaders, HeaderOp{Key: k, Value: v, Action: g.r.IntN(4)})
 		}
 	}
 	return c
@@ -268,7 +292,8 @@ func (g *gen) rateLimit() RateLimit {
 		case 2:
 			rl.Actions = append(rl.Actions, Action{Header: pick(g, "x-data-bin", "x-pad", ":path"), Key: "h"})
 		default:
-			rl.Actions = append(rl.Actions, Action{Header: pick(g, readKeys...), Key: "user"})
+			k, _ := g.readKV()
+			rl.Actions = append(rl.Actions, Action{Header: k, Key: "user"})
 		}
 	}
 	return rl
@@ -286,15 +311,18 @@ func (g *gen) script() *Script {
 		return c
 	}
 	if g.chance(0.4) {
-		c.Require = pick(g, readKeys...) + "=" + pick(g, userVals...)
+		k, v := g.readKV()
+		c.Require = k + "=" + v
 	}
 	if g.chance(0.5) {
-		c.Set = pick(g, setKeys...) + "=" + pick(g, userVals...)
+		k, v := g.setKV()
+		c.Set = k + "=" + v
 	}
 	if g.chance(0.5) {
 		c.Work = true
 		if g.chance(0.4) {
-			c.WorkSet = pick(g, setKeys...) + "=" + pick(g, userVals...)
+			k, v := g.setKV()
+			c.WorkSet = k + "=" + v
 		}
 		if g.chance(0.2) {
 			c.WorkRefuse = pick(g, 10, 9)
@@ -367,7 +395,8 @@ func (g *gen) route(c *Chain, catchAll bool) Route {
 }
 
 func (g *gen) headerOp(forAnswer bool) HeaderOp {
-	h := HeaderOp{Key: pick(g, setKeys...), Value: pick(g, userVals...), Action: g.r.IntN(4)}
+	k, v := g.setKV()
+	h := HeaderOp{Key: k, Value: v, Action: g.r.IntN(4)}
 	if !forAnswer {
 		return h
 	}
@@ -461,7 +490,12 @@ func (g *gen) rpc(c *Case, i int) RPC {
 		case 2:
 			r.Headers = append(r.Headers, Header{Key: abortHdr, Value: pick(g, "0", "9", "14", "x")})
 		default:
-			r.Headers = append(r.Headers, Header{Key: pick(g, readKeys...), Value: pick(g, userVals...)})
+			// The client's own value of a header the filters set or read.
+			k, v := g.readKV()
+			if g.chance(0.5) {
+				v = pick(g, userVals...)
+			}
+			r.Headers = append(r.Headers, Header{Key: k, Value: v})
 		}
 	}
 	if g.chance(0.05) {
