@@ -570,7 +570,18 @@ func startPFFixture(ctx context.Context, t testing.TB) *pfFixture {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	t.Cleanup(func() {
-		srv.Stop()
+		// Bounded: a server a broken filter left stuck (a panic in the tap
+		// can hang a connection) is reported, not waited for.
+		stopped := make(chan struct{})
+		go func() { srv.Stop(); close(stopped) }()
+		timer := time.NewTimer(pfTimeout)
+		defer timer.Stop()
+		select {
+		case <-stopped:
+		case <-timer.C:
+			t.Errorf("the server's Stop did not return within %v", pfTimeout)
+			return
+		}
 		if err := <-served; err != nil {
 			t.Errorf("Serve: %v", err)
 		}

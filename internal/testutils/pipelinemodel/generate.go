@@ -94,6 +94,9 @@ func (g *gen) chain(c *Chain) {
 		f.Disabled = g.chance(0.15)
 		c.Filters = append(c.Filters, f)
 	}
+	if len(c.Filters) >= 2 && g.chance(0.4) {
+		g.interact(c)
+	}
 	if hasRL {
 		for range 1 + g.r.IntN(2) {
 			c.RateLimits = append(c.RateLimits, g.rateLimit())
@@ -112,6 +115,26 @@ func (g *gen) chain(c *Chain) {
 	if g.chance(0.2) {
 		c.MaxHeadersCount = 8 + g.r.IntN(5)
 	}
+}
+
+// interact makes one filter set the case's token and a later one read it,
+// both deciding in the same phase or not: the pairs that broke before.
+func (g *gen) interact(c *Chain) {
+	i := g.r.IntN(len(c.Filters) - 1)
+	j := i + 1 + g.r.IntN(len(c.Filters)-i-1)
+	tok := g.tokKey + "=" + g.tokVal
+	setter := Filter{Name: fmt.Sprintf("script%d", i), Script: &Script{Set: tok, Work: g.chance(0.3)}}
+	if g.chance(0.5) {
+		setter = Filter{Name: fmt.Sprintf("lrl%d", i), LocalRL: &LocalRL{StatPrefix: "p0", Enabled: true,
+			ShadowHeaders: []HeaderOp{{Key: g.tokKey, Value: g.tokVal, Action: pick(g, AppendIfExistsOrAdd, OverwriteIfExistsOrAdd)}}}}
+	}
+	reader := Filter{Name: fmt.Sprintf("script%d", j), Script: &Script{Require: tok}}
+	if g.chance(0.6) {
+		h := HeaderMatch{Name: g.tokKey, Kind: "exact", Value: g.tokVal}
+		reader = Filter{Name: fmt.Sprintf("rbac%d", j), RBAC: &RBAC{Rules: &Rules{Deny: g.chance(0.5),
+			Policies: []Policy{{Permissions: []Rule{{Any: true}}, Principals: []Rule{{Header: &h}}}}}}}
+	}
+	c.Filters[i], c.Filters[j] = setter, reader
 }
 
 func shortKind(k string) string {

@@ -32,6 +32,11 @@ type Outcome struct {
 	Trailer map[string][]string `json:",omitempty"`
 	// Calls are the side calls the side services received, in order.
 	Calls []Call `json:",omitempty"`
+	// Ended: the RPC ended by its own deadline or cancellation while a
+	// side call hung. The client's status is its own then; whether it got
+	// the response headers the server had set races with the server's
+	// writing them, and is not predicted.
+	Ended bool `json:",omitempty"`
 }
 
 // Call is one side call a side service received: a Check (HeaderMap) or a
@@ -684,6 +689,7 @@ func (m *model) extAuthz(s *rpcState, f *Filter) {
 			failed()
 		} else {
 			s.refuse(code, "", nil)
+			s.out.Ended = true
 		}
 	case "error":
 		if codes.Code(a.ErrCode) == codes.ResourceExhausted {
@@ -881,6 +887,7 @@ func (m *model) rateLimit(s *rpcState, f *Filter, o *Override, route *Route) {
 			failed()
 		} else {
 			s.refuse(code, "", nil)
+			s.out.Ended = true
 		}
 	case "error":
 		if codes.Code(a.ErrCode) == codes.ResourceExhausted {
