@@ -223,11 +223,11 @@ func (g *gen) extAuthz() *ExtAuthz {
 	if g.chance(0.25) {
 		c.Disallowed = []StringMatch{pick(g, StringMatch{Exact: "x-user"}, StringMatch{Prefix: "x-t"}, StringMatch{Exact: "x-pad"})}
 	}
-	if g.chance(0.3) {
+	if g.chance(0.5) {
 		c.Rules = &MutationRules{
 			DisallowAll:     g.chance(0.5),
 			DisallowIsError: g.chance(0.4),
-			Allow:           pick(g, "", "x-user", "x-.*", "x-t.*"),
+			Allow:           pick(g, "", "x-user", "x-.*", "x-t.*", "x-a|x-tier"),
 			Disallow:        pick(g, "", "x-user", "x-a|x-new"),
 		}
 	}
@@ -328,7 +328,7 @@ func (g *gen) script() *Script {
 	case 0:
 		c.Panic = pick(g, "run", "work")
 		return c
-	case 1:
+	case 1, 2:
 		c.Lazy = true
 		c.Work = g.chance(0.7)
 		return c
@@ -456,7 +456,7 @@ func (g *gen) headerOps(n int) []HeaderOp {
 func (g *gen) authzAnswer() *AuthzAnswer {
 	switch g.r.IntN(12) {
 	case 0, 1:
-		return &AuthzAnswer{Kind: "deny", DenyCode: pick(g, 0, 7, 16), DenyHTTP: pick(g, httpCodes...), DenyMessage: "no", DenyHeaders: g.headerOps(g.r.IntN(3))}
+		return &AuthzAnswer{Kind: "deny", DenyCode: pick(g, 0, 7, 16), DenyHTTP: pick(g, httpCodes...), DenyMessage: "no", DenyHeaders: g.headerOps(1 + g.r.IntN(3))}
 	case 2:
 		return &AuthzAnswer{Kind: "nostatus"}
 	case 3:
