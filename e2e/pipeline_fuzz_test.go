@@ -42,9 +42,9 @@ var pfKnown = map[string]bool{
 	pm.BinHeaderValueMatchFirst: true,
 }
 
-// pfSeeds are the seeds TestPipelineModel runs: about 30 s under the race
+// pfSeeds are the seeds TestPipelineModel runs: about 25 s under the race
 // detector on a 2-core machine.
-const pfSeeds = 450
+const pfSeeds = 600
 
 // pfTimeout bounds one RPC of a case (a hang the model does not expect
 // shows as DEADLINE_EXCEEDED), and pfShrinkTime the shrinking of a failing
