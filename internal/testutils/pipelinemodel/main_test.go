@@ -1,0 +1,9 @@
+package pipelinemodel
+
+import (
+	"testing"
+
+	"github.com/proxyless-grpc/xds/internal/testutils"
+)
+
+func TestMain(m *testing.M) { testutils.VerifyNoLeaks(m) }
