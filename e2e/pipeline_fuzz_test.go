@@ -38,9 +38,7 @@ import (
 // pfKnown are the deviations of the server from the model that were
 // reported and await a decision (see docs/testing.md): the model predicts
 // them as the server behaves, so that the fuzzer finds the others.
-var pfKnown = map[string]bool{
-	pm.BinHeaderValueMatchFirst: true,
-}
+var pfKnown = map[string]bool{}
 
 // pfSeeds are the seeds TestPipelineModel runs: about 25 s under the race
 // detector on a 2-core machine.

@@ -555,7 +555,7 @@ func (h headerValueMatch) populate(es []Entry, r Request) ([]Entry, bool) {
 type envoyHeaders struct{ r *httpfilter.Request }
 
 func (h envoyHeaders) Get(name string) []string {
-	if strings.HasPrefix(name, ":") || name == "host" || strings.HasSuffix(name, "-bin") {
+	if strings.HasPrefix(name, ":") || name == "host" {
 		if v, ok := headerValue(h.r, name); ok {
 			return []string{v}
 		}
@@ -564,7 +564,18 @@ func (h envoyHeaders) Get(name string) []string {
 	if h.r.Header == nil {
 		return nil
 	}
-	return h.r.Header.Get(name)
+	vals := h.r.Header.Get(name)
+	if !strings.HasSuffix(name, "-bin") || len(vals) == 0 {
+		return vals
+	}
+	// Every value in its wire form: a matcher joins them with ",", as
+	// Envoy matches a header that comes more than once, so a client cannot
+	// pick the value matched by repeating the header.
+	wire := make([]string, len(vals))
+	for i, v := range vals {
+		wire[i] = matcher.WireBinary(v)
+	}
+	return wire
 }
 
 type metadataAction struct {

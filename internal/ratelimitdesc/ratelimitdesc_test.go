@@ -67,7 +67,7 @@ func TestDescriptors(t *testing.T) {
 	}}}}
 	req := &httpfilter.Request{
 		FullMethod: "/pkg.Svc/Do", Authority: "svc.example",
-		Header: metadata.Pairs("x-tenant", "acme", "x-tenant", "second", "tok-bin", "\x01\x02"),
+		Header: metadata.Pairs("x-tenant", "acme", "x-tenant", "second", "tok-bin", "\x01\x02", "two-bin", "\x00\x01", "two-bin", "\x01\x02"),
 		Remote: netip.MustParseAddrPort("10.1.2.3:4567"),
 	}
 	tests := []struct {
@@ -86,6 +86,10 @@ func TestDescriptors(t *testing.T) {
 		{"query parameters: absent", []*routepb.RateLimit{rl(query, generic("", "a")), rl(queryS, generic("", "b"))}, nil, entries{{{"generic_key", "b"}}}},
 		{"query_parameter_value_match: never matches", []*routepb.RateLimit{rl(qvm(nil)), rl(qvm(wrapperspb.Bool(false)))}, nil, entries{{{"query_match", "qv"}}}},
 		{"header_value_match", []*routepb.RateLimit{rl(hvm(nil, exact("x-tenant", "acme,second"))), rl(hvm(nil, exact("x-tenant", "other"))), rl(hvm(wrapperspb.Bool(false), exact("x-tenant", "other")))}, nil, entries{{{"header_match", "gold"}}, {{"header_match", "gold"}}}},
+		// A binary header sent twice: every value, in its wire form, joined
+		// (Envoy's matching); its first value alone does not match, so a
+		// client cannot pick what is matched by repeating the header.
+		{"header_value_match, binary header sent twice", []*routepb.RateLimit{rl(hvm(nil, exact("two-bin", "AAE,AQI"))), rl(hvm(wrapperspb.Bool(false), exact("two-bin", "AAE")))}, nil, entries{{{"header_match", "gold"}}, {{"header_match", "gold"}}}},
 		{"route metadata", []*routepb.RateLimit{rl(meta(routepb.RateLimit_Action_MetaData_ROUTE_ENTRY, "", false))}, routeMD, entries{{{"plan", "gold"}}}},
 		{"route metadata absent: default, skip, or none", []*routepb.RateLimit{rl(meta(routepb.RateLimit_Action_MetaData_ROUTE_ENTRY, "free", false)), rl(meta(routepb.RateLimit_Action_MetaData_ROUTE_ENTRY, "", true), generic("", "s")), rl(meta(routepb.RateLimit_Action_MetaData_ROUTE_ENTRY, "", false), generic("", "n"))}, nil, entries{{{"plan", "free"}}, {{"generic_key", "s"}}}},
 		{"dynamic metadata is always absent", []*routepb.RateLimit{rl(meta(routepb.RateLimit_Action_MetaData_DYNAMIC, "", false))}, routeMD, nil},

@@ -102,20 +102,12 @@ type model struct {
 	buckets map[string]int  // tokens left, by bucket identity
 }
 
-// Deviations of the server from the semantics that were reported and not
-// yet decided; Options.Accept names those the model predicts as the
-// server behaves, so that a property test finds the others.
-const (
-	// BinHeaderValueMatchFirst: a rate limit header_value_match sees only
-	// the first value of a binary header (Envoy joins them all with ",",
-	// as RBAC does here).
-	BinHeaderValueMatchFirst = "bin-header-value-match-first"
-)
-
 // Options change what Predict predicts.
 type Options struct {
-	// Accept names the known deviations (above) to predict as the server
-	// behaves.
+	// Accept names deviations of the server from the semantics that were
+	// reported and not yet decided, for the model to predict as the server
+	// behaves, so that a property test finds the others. None today; each
+	// earlier one was fixed in the server (e2e's pfRegressions).
 	Accept map[string]bool
 }
 
@@ -849,7 +841,7 @@ func (m *model) rateLimit(s *rpcState, f *Filter, o *Override, route *Route) {
 	}
 	var ds [][]Header
 	for _, rl := range limits {
-		if d, ok := descriptor(rl, s, m.accept); ok {
+		if d, ok := descriptor(rl, s); ok {
 			ds = append(ds, d)
 		}
 	}
@@ -931,7 +923,7 @@ func (m *model) rateLimit(s *rpcState, f *Filter, o *Override, route *Route) {
 
 // descriptor builds rl's descriptor from s's current headers; ok false
 // when an action has nothing to read (the descriptor is left out).
-func descriptor(rl RateLimit, s *rpcState, accept map[string]bool) (d []Header, ok bool) {
+func descriptor(rl RateLimit, s *rpcState) (d []Header, ok bool) {
 	for _, a := range rl.Actions {
 		switch {
 		case a.Header != "":
@@ -959,11 +951,7 @@ func descriptor(rl RateLimit, s *rpcState, accept map[string]bool) (d []Header, 
 		case a.Match != nil:
 			all := true
 			for _, h := range a.Match.Headers {
-				md := s.md
-				if accept[BinHeaderValueMatchFirst] && strings.HasSuffix(h.Name, "-bin") && len(md[h.Name]) > 1 {
-					md = map[string][]string{h.Name: md[h.Name][:1]}
-				}
-				all = all && matchHeader(h, md, true)
+				all = all && matchHeader(h, s.md, true)
 			}
 			if all == a.Match.NotExpected {
 				return nil, false
