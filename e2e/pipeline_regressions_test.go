@@ -30,6 +30,17 @@ var pfRegressions = []struct {
 		},
 		RPCs: []pm.RPC{{Method: pm.MethodUnary, Authority: pm.Domain, Headers: []pm.Header{{Key: "x-data-bin", Value: "\x00\x01"}, {Key: "x-data-bin", Value: "\x01\x02"}}}},
 	}},
+	// A fault abort with status OK ended a client-streaming RPC without
+	// the one response message its client expects, which the client
+	// reported as INTERNAL; a unary RPC got an empty message and OK, and
+	// now so does a client-streaming one.
+	{name: "FaultAbortOKClientStreaming", c: pm.Case{
+		Chain: pm.Chain{
+			Filters: []pm.Filter{{Name: "fault", Fault: &pm.Fault{Abort: &pm.FaultAbort{GRPC: new(int), Pct: 100}}}},
+			Routes:  []pm.Route{{Prefix: "/"}},
+		},
+		RPCs: []pm.RPC{{Method: pm.MethodClientStream, Authority: pm.Domain}, {Method: pm.MethodUnary, Authority: pm.Domain}},
+	}},
 }
 
 // TestPipelineRegressions replays pfRegressions through the real server

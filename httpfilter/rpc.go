@@ -114,9 +114,9 @@ type After interface {
 }
 
 // ErrSkipHandler is returned by After.RunAfter to end an RPC with status OK
-// at once: the handler is not called. A streaming RPC ends without a
-// message; a unary RPC's client receives an empty response message (gRPC
-// sends the response of a unary RPC with its status).
+// at once: the handler is not called. An RPC whose client expects one
+// response (unary and client streaming) receives an empty response
+// message; a server-streaming or bidirectional one ends without a message.
 var ErrSkipHandler = errors.New("httpfilter: end the RPC with status OK without calling the handler")
 
 // maxConnEntries bounds the entries of a ConnState: a connection outliving

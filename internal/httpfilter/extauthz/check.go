@@ -157,8 +157,9 @@ func (c *check) allow(ctx context.Context, md metadata.MD, ok *authpb.OkHttpResp
 		}
 	}
 	if len(respHeaders) > 0 {
-		// Sent with the response's first message or its headers; dropped
-		// by gRPC if the RPC ends Trailers-Only (gRFC A92).
+		// Sent with the response's first message or its headers, or, when
+		// the RPC fails first, in a headers frame before its status (gRPC
+		// ends an RPC Trailers-Only only when no header was set).
 		_ = grpc.SetHeader(ctx, respHeaders)
 	}
 	s.count(ctx, outcomeAllowed)

@@ -113,8 +113,8 @@ func (c *call) RunAfter(ctx context.Context) (context.Context, error) {
 	// OK, and UNKNOWN as Envoy takes it: not over the limit.
 	s.count(ctx, outcomeOK)
 	if hdr := c.responseHeaders(resp, false); len(hdr) > 0 {
-		// Sent with the response's headers; dropped by gRPC if the RPC
-		// ends Trailers-Only.
+		// Sent with the response's headers, also when the RPC fails later
+		// (gRPC then sends them before its status).
 		_ = grpc.SetHeader(ctx, hdr)
 	}
 	if len(resp.GetRequestHeadersToAdd()) == 0 {

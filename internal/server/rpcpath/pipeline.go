@@ -205,12 +205,19 @@ func unaryAfter(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler g
 	return handler(ctx, req)
 }
 
-// streamAfter is unaryAfter for streaming RPCs.
-func streamAfter(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+// streamAfter is unaryAfter for streaming RPCs. An RPC ended OK without its
+// handler gets what a unary one gets: when its client expects one response
+// (client streaming), an empty message (nil, which gRPC sends empty with
+// any codec), so that the client sees OK rather than a missing response;
+// a server-streaming one ends without a message.
+func streamAfter(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if q := resumeOf(ss.Context()); q != nil {
 		ctx, err := q.run(ss.Context(), false)
 		if err != nil {
 			if errors.Is(err, httpfilter.ErrSkipHandler) {
+				if !info.IsServerStream {
+					return ss.SendMsg(nil)
+				}
 				return nil
 			}
 			return err
