@@ -9,7 +9,6 @@ package e2e_test
 
 import (
 	"context"
-	"errors"
 	"net"
 	"strings"
 	"sync"
@@ -21,6 +20,7 @@ import (
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	rbacconfigpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	extauthzpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	faultpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	authpb "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -29,12 +29,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	xds "github.com/proxyless-grpc/xds"
-	"github.com/proxyless-grpc/xds/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 )
@@ -58,19 +56,30 @@ const smallService = 64 << 10
 // permissive ones. Without a bound on the request headers, a 100 KiB
 // header would make the call fail and the RPC go through. Chains with a
 // side-call filter bound request headers at Envoy's default, 60 KiB.
-func TestRule_OversizedHeadersAreRefused(t *testing.T) {
-	ctx := testContext(t)
-	a := startAuthzServer(t, grpc.MaxRecvMsgSize(smallService))
-	r := startRLS(t, grpc.MaxRecvMsgSize(smallService))
-	env := authzEnv(t, false, a.addr, r.addr)
+// refusingServices starts an authorization server that denies and a rate
+// limit service that answers OVER_LIMIT to every call, each taking at most
+// smallService per message, and returns them with their env, an ext_authz
+// config with failure_mode_allow, and routes whose rate limit descriptor
+// carries the x-pad header.
+func refusingServices(t *testing.T) (a *authzServer, r *rlsServer, env *testEnv, authz *extauthzpb.ExtAuthz, rc *routepb.RouteConfiguration) {
+	t.Helper()
+	a = startAuthzServer(t, grpc.MaxRecvMsgSize(smallService))
+	r = startRLS(t, grpc.MaxRecvMsgSize(smallService))
+	env = authzEnv(t, false, a.addr, r.addr)
 	a.set(func(context.Context, *authpb.CheckRequest) (*authpb.CheckResponse, error) {
 		return deniedResponse(typepb.StatusCode_Forbidden, "never"), nil
 	})
 	r.set(overLimit)
-	authz := extAuthz(a.addr)
+	authz = extAuthz(a.addr)
 	authz.FailureModeAllow = true
-	rc := allRoutes("routes")
+	rc = allRoutes("routes")
 	rc.VirtualHosts[0].RateLimits = []*routepb.RateLimit{rlOf(rlHeader("x-pad", "pad"))}
+	return a, r, env, authz, rc
+}
+
+func TestRule_OversizedHeadersAreRefused(t *testing.T) {
+	ctx := testContext(t)
+	a, r, env, authz, rc := refusingServices(t)
 	for _, tc := range []struct {
 		name    string
 		filters []*hcmpb.HttpFilter
@@ -117,17 +126,7 @@ func TestRule_OversizedHeadersAreRefused(t *testing.T) {
 // failure_mode_deny: false) pass it.
 func TestRule_MaxRequestHeadersKB(t *testing.T) {
 	ctx := testContext(t)
-	a := startAuthzServer(t, grpc.MaxRecvMsgSize(smallService))
-	r := startRLS(t, grpc.MaxRecvMsgSize(smallService))
-	env := authzEnv(t, false, a.addr, r.addr)
-	a.set(func(context.Context, *authpb.CheckRequest) (*authpb.CheckResponse, error) {
-		return deniedResponse(typepb.StatusCode_Forbidden, "never"), nil
-	})
-	r.set(overLimit)
-	authz := extAuthz(a.addr)
-	authz.FailureModeAllow = true
-	rc := allRoutes("routes")
-	rc.VirtualHosts[0].RateLimits = []*routepb.RateLimit{rlOf(rlHeader("x-pad", "pad"))}
+	a, r, env, authz, rc := refusingServices(t)
 	withLimit := func(kb uint32, filters []*hcmpb.HttpFilter) func(net.Addr) *listenerpb.Listener {
 		return func(addr net.Addr) *listenerpb.Listener {
 			l := filtersListener(addr, filters, rc, "")
@@ -210,87 +209,9 @@ func TestRule_MaxRequestHeadersKB(t *testing.T) {
 	}
 }
 
-// scriptURL and lazyURL are the config types of script, a filter of the
-// public httpfilter API whose config (a TypedStruct) says what its step
-// does: "set" a header ("key=value", as a new context), "require" a header
-// ("key=value", or refuse with UNAUTHENTICATED), return work ("work":
-// true, which does nothing), "panic" in its step ("run") or in its work
-// ("work"). The filter of scriptURL declares Needs.After; the one of
-// lazyURL does not.
-const (
-	scriptURL = "type.googleapis.com/xds_test.Script"
-	lazyURL   = "type.googleapis.com/xds_test.LazyScript"
-)
-
-func init() {
-	httpfilter.Register(script{url: scriptURL, after: true})
-	httpfilter.Register(script{url: lazyURL})
-}
-
-type script struct {
-	url   string
-	after bool
-}
-
-type scriptConfig struct {
-	setKey, setValue string
-	reqKey, reqValue string
-	work             bool
-	panicAt          string
-}
-
-func (s script) ConfigTypeURLs() []string { return []string{s.url} }
-func (script) OverrideTypeURLs() []string { return nil }
-func (s script) Needs() httpfilter.Needs  { return httpfilter.Needs{After: s.after} }
-func (script) ParseOverride(httpfilter.RawConfig) (httpfilter.Config, error) {
-	return nil, errors.New("no overrides")
-}
-
-func (script) ParseConfig(raw httpfilter.RawConfig) (httpfilter.Config, error) {
-	f := raw.Struct().GetFields()
-	c := &scriptConfig{work: f["work"].GetBoolValue(), panicAt: f["panic"].GetStringValue()}
-	c.setKey, c.setValue, _ = strings.Cut(f["set"].GetStringValue(), "=")
-	c.reqKey, c.reqValue, _ = strings.Cut(f["require"].GetStringValue(), "=")
-	return c, nil
-}
-
-func (script) BuildStep(_ string, cfg, _ httpfilter.Config) (httpfilter.Step, error) {
-	return scriptStep{cfg.(*scriptConfig)}, nil
-}
-
-type scriptStep struct{ c *scriptConfig }
-
-func (s scriptStep) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, httpfilter.After, error) {
-	if s.c.panicAt == "run" {
-		panic("script: panic in the step")
-	}
-	if s.c.reqKey != "" {
-		if v := rpc.Header.Get(s.c.reqKey); len(v) == 0 || v[0] != s.c.reqValue {
-			return ctx, nil, status.Errorf(codes.Unauthenticated, "script: %s is %q, want %q", s.c.reqKey, v, s.c.reqValue)
-		}
-	}
-	if s.c.setKey != "" {
-		md, _ := metadata.FromIncomingContext(ctx)
-		md.Set(s.c.setKey, s.c.setValue)
-		ctx = metadata.NewIncomingContext(ctx, md)
-	}
-	if s.c.work || s.c.panicAt == "work" {
-		return ctx, scriptWork{s.c}, nil
-	}
-	return ctx, nil, nil
-}
-
-type scriptWork struct{ c *scriptConfig }
-
-func (w scriptWork) RunAfter(ctx context.Context) (context.Context, error) {
-	if w.c.panicAt == "work" {
-		panic("script: panic in the work")
-	}
-	return ctx, nil
-}
-
-// scriptFilter is an http_filters entry of script (url scriptURL or
-// lazyURL) named name, with the config fields.
+// scriptFilter is an http_filters entry of the fuzzer's public filter
+// (pfScript, url pfScriptURL or pfLazyURL) named name, with the config
+// fields.
 func scriptFilter(t *testing.T, url, name string, fields map[string]any) *hcmpb.HttpFilter {
 	t.Helper()
 	s, err := structpb.NewStruct(fields)
@@ -377,8 +298,8 @@ func TestRule_HeadersAsLeft(t *testing.T) {
 
 	t.Run("public filters", func(t *testing.T) {
 		filters := []*hcmpb.HttpFilter{
-			scriptFilter(t, scriptURL, "set", map[string]any{"set": "x-tier=gold"}),
-			scriptFilter(t, scriptURL, "require", map[string]any{"require": "x-tier=gold"}),
+			scriptFilter(t, pfScriptURL, "set", map[string]any{"set": "x-tier=gold"}),
+			scriptFilter(t, pfScriptURL, "require", map[string]any{"require": "x-tier=gold"}),
 		}
 		rec := &handlerRecorder{}
 		_, addr := startServing(ctx, t, env, func(addr net.Addr) *listenerpb.Listener {
@@ -563,16 +484,16 @@ func TestRule_ActionCheckedFirst(t *testing.T) {
 func TestRule_BrokenFilterFailsClosed(t *testing.T) {
 	ctx := testContext(t)
 	env := newTestEnv(t)
-	waits := func() *hcmpb.HttpFilter { return scriptFilter(t, scriptURL, "waits", map[string]any{"work": true}) }
+	waits := func() *hcmpb.HttpFilter { return scriptFilter(t, pfScriptURL, "waits", map[string]any{"work": true}) }
 	for _, tc := range []struct {
 		name, reason string
 		filters      []*hcmpb.HttpFilter
 	}{
-		{name: "lazy", reason: "undeclared_work", filters: []*hcmpb.HttpFilter{scriptFilter(t, lazyURL, "lazy", map[string]any{"work": true})}},
-		{name: "lazy-late", reason: "undeclared_work", filters: []*hcmpb.HttpFilter{waits(), scriptFilter(t, lazyURL, "lazy-late", map[string]any{"work": true})}},
-		{name: "panic-run", reason: "panic", filters: []*hcmpb.HttpFilter{scriptFilter(t, scriptURL, "panic-run", map[string]any{"panic": "run"})}},
-		{name: "panic-work", reason: "panic", filters: []*hcmpb.HttpFilter{scriptFilter(t, scriptURL, "panic-work", map[string]any{"panic": "work"})}},
-		{name: "panic-late", reason: "panic", filters: []*hcmpb.HttpFilter{waits(), scriptFilter(t, scriptURL, "panic-late", map[string]any{"panic": "run"})}},
+		{name: "lazy", reason: "undeclared_work", filters: []*hcmpb.HttpFilter{scriptFilter(t, pfLazyURL, "lazy", map[string]any{"work": true})}},
+		{name: "lazy-late", reason: "undeclared_work", filters: []*hcmpb.HttpFilter{waits(), scriptFilter(t, pfLazyURL, "lazy-late", map[string]any{"work": true})}},
+		{name: "panic-run", reason: "panic", filters: []*hcmpb.HttpFilter{scriptFilter(t, pfScriptURL, "panic-run", map[string]any{"panic": "run"})}},
+		{name: "panic-work", reason: "panic", filters: []*hcmpb.HttpFilter{scriptFilter(t, pfScriptURL, "panic-work", map[string]any{"panic": "work"})}},
+		{name: "panic-late", reason: "panic", filters: []*hcmpb.HttpFilter{waits(), scriptFilter(t, pfScriptURL, "panic-late", map[string]any{"panic": "run"})}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mr := testutils.NewMetricReader(t)
