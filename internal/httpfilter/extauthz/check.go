@@ -189,7 +189,7 @@ func (c *check) deny(ctx context.Context, resp *authpb.CheckResponse) (context.C
 		if err != nil {
 			if s.cfg.rules.disallowIsError {
 				s.count(ctx, outcomeDenied)
-				return ctx, status.Errorf(s.cfg.errorCode, "ext_authz: the authorization server denied the RPC with an invalid header (denied_response.headers[%d]: %v; disallow_is_error)", i, err)
+				return ctx, denied(status.Errorf(s.cfg.errorCode, "ext_authz: the authorization server denied the RPC with an invalid header (denied_response.headers[%d]: %v; disallow_is_error)", i, err))
 			}
 			if logger.V(2) {
 				logger.Infof("xds: ext_authz: denied_response.headers[%d] dropped: %v", i, err)
@@ -211,7 +211,7 @@ func (c *check) deny(ctx context.Context, resp *authpb.CheckResponse) (context.C
 	if m := resp.GetStatus().GetMessage(); m != "" {
 		msg += ": " + m
 	}
-	return ctx, status.Error(code, msg)
+	return ctx, denied(status.Error(code, msg))
 }
 
 // judge reports whether the rules let the side channel change key; an

@@ -25,8 +25,10 @@ import (
 	"google.golang.org/grpc/grpclog"
 	"google.golang.org/grpc/status"
 
+	"github.com/proxyless-grpc/xds/internal/accesslog"
 	"github.com/proxyless-grpc/xds/internal/grpcservice"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
+	"github.com/proxyless-grpc/xds/internal/responseinfo"
 )
 
 var logger = grpclog.Component("xds")
@@ -189,7 +191,7 @@ func (s *step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, ht
 	if !s.cfg.enabled.Hit() {
 		s.count(ctx, outcomeDisabled)
 		if s.cfg.denyAtDisable {
-			return ctx, nil, status.Error(s.cfg.errorCode, "ext_authz: the filter is disabled for this RPC and deny_at_disable is set")
+			return ctx, nil, denied(status.Error(s.cfg.errorCode, "ext_authz: the filter is disabled for this RPC and deny_at_disable is set"))
 		}
 		return ctx, nil, nil
 	}
@@ -213,7 +215,7 @@ func (s *step) failed(ctx context.Context, why error) (context.Context, error) {
 		}
 		return ctx, nil
 	}
-	return ctx, status.Errorf(s.cfg.errorCode, "%v: %v", errFailed, why)
+	return ctx, failedClosed(status.Errorf(s.cfg.errorCode, "%v: %v", errFailed, why))
 }
 
 // unanswered ends a check that got no answer (no channel, or the Check
@@ -233,7 +235,7 @@ func (s *step) unanswered(ctx context.Context, why error) (context.Context, erro
 // server, made the check fail, and must not choose its outcome.
 func (s *step) refused(ctx context.Context, why error) (context.Context, error) {
 	s.count(ctx, outcomeFailed)
-	return ctx, status.Errorf(s.cfg.errorCode, "ext_authz: the RPC is refused: %v", why)
+	return ctx, failedClosed(status.Errorf(s.cfg.errorCode, "ext_authz: the RPC is refused: %v", why))
 }
 
 // rejected ends a check whose answer cannot be applied (an invalid
@@ -243,7 +245,19 @@ func (s *step) refused(ctx context.Context, why error) (context.Context, error) 
 // it meant to change.
 func (s *step) rejected(ctx context.Context, why error) (context.Context, error) {
 	s.count(ctx, outcomeFailed)
-	return ctx, status.Errorf(s.cfg.errorCode, "ext_authz: the authorization server's answer cannot be applied: %v", why)
+	return ctx, failedClosed(status.Errorf(s.cfg.errorCode, "ext_authz: the authorization server's answer cannot be applied: %v", why))
+}
+
+// denied and failedClosed are the refusals of the filter, as Envoy's
+// access log tells them: flag UAEX, and ext_authz_denied for a denial (the
+// server's, or deny_at_disable's), ext_authz_error for a check that failed
+// closed.
+func denied(err error) error {
+	return responseinfo.Refused(err, accesslog.FlagUnauthorizedExternalService, accesslog.DetailsExtAuthzDenied)
+}
+
+func failedClosed(err error) error {
+	return responseinfo.Refused(err, accesslog.FlagUnauthorizedExternalService, accesslog.DetailsExtAuthzError)
 }
 
 // headerFailureModeAllowed is the request header failure_mode_allow_header_add

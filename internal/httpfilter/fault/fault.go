@@ -27,8 +27,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/proxyless-grpc/xds/internal/accesslog"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/matcher"
+	"github.com/proxyless-grpc/xds/internal/responseinfo"
 )
 
 // TypeURL is the type of the filter's config and of its per-route
@@ -197,7 +199,7 @@ func parseAbort(a *faultpb.FaultAbort, c *Config) error {
 		c.message = b
 	}
 	if c.abortKind == kindFixed && c.abortCode != codes.OK {
-		c.abortErr = status.Error(c.abortCode, c.message)
+		c.abortErr = aborted(status.Error(c.abortCode, c.message))
 	}
 	var err error
 	c.abortPct, err = httpfilter.ParseFraction("abort.percentage", a.GetPercentage(), httpfilter.Fraction{})
@@ -348,7 +350,13 @@ func (c *Config) errOf(code codes.Code) error {
 	if c.abortErr != nil && code == c.abortCode {
 		return c.abortErr
 	}
-	return status.Error(code, c.message)
+	return aborted(status.Error(code, c.message))
+}
+
+// aborted is an abort as Envoy's access log tells it: flag FI,
+// fault_filter_abort.
+func aborted(err error) error {
+	return responseinfo.Refused(err, accesslog.FlagFaultInjected, accesslog.DetailsFaultAbort)
 }
 
 // headerUint parses the first value of rpc's header as an unsigned
@@ -380,6 +388,7 @@ func (p *pending) RunAfter(ctx context.Context) (context.Context, error) {
 	}
 	defer leave()
 	if p.delay > 0 {
+		responseinfo.AddFlag(ctx, accesslog.FlagDelayInjected)
 		t := time.NewTimer(p.delay)
 		select {
 		case <-t.C:

@@ -17,9 +17,11 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/proxyless-grpc/xds/internal/accesslog"
 	"github.com/proxyless-grpc/xds/internal/grpcservice"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/ratelimitdesc"
+	"github.com/proxyless-grpc/xds/internal/responseinfo"
 )
 
 // Headers the filter sends (Envoy's names).
@@ -193,7 +195,7 @@ func (c *call) sendable(req *rlspb.RateLimitRequest) error {
 // choose its outcome.
 func (c *call) refused(ctx context.Context, why error) (context.Context, error) {
 	c.step.count(ctx, outcomeError)
-	return ctx, status.Errorf(c.step.cfg.errorCode, "ratelimit: the RPC is refused: %v", why)
+	return ctx, responseinfo.Refused(status.Errorf(c.step.cfg.errorCode, "ratelimit: the RPC is refused: %v", why), accesslog.FlagRateLimitServiceError, accesslog.DetailsRateLimiterError)
 }
 
 // failed ends a call that got no answer: the RPC goes on unless
@@ -211,7 +213,7 @@ func (c *call) failed(ctx context.Context, why error) (context.Context, error) {
 		deny = cfg.denyPercent.Hit()
 	}
 	if deny {
-		return ctx, status.Errorf(cfg.errorCode, "ratelimit: the rate limit service did not answer: %v", why)
+		return ctx, responseinfo.Refused(status.Errorf(cfg.errorCode, "ratelimit: the rate limit service did not answer: %v", why), accesslog.FlagRateLimitServiceError, accesslog.DetailsRateLimiterError)
 	}
 	s.count(ctx, outcomeFailureModeAllowed)
 	if logger.V(2) {
@@ -235,7 +237,7 @@ func (c *call) overLimit(ctx context.Context, resp *rlspb.RateLimitResponse) (co
 	if len(tr) > 0 {
 		_ = grpc.SetTrailer(ctx, tr)
 	}
-	return ctx, status.Error(cfg.limitedCode, "ratelimit: over the limit")
+	return ctx, responseinfo.Refused(status.Error(cfg.limitedCode, "ratelimit: over the limit"), accesslog.FlagRateLimited, accesslog.DetailsRateLimited)
 }
 
 // responseHeaders returns the headers the answer asks for: its

@@ -25,7 +25,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/proxyless-grpc/xds/internal/accesslog"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
+	"github.com/proxyless-grpc/xds/internal/responseinfo"
 )
 
 // TypeURL is the type of the filter's config and of its per-route
@@ -145,7 +147,7 @@ func parse(m *localratelimitpb.LocalRateLimit, perRoute bool) (*Config, error) {
 	if m.GetRateLimitedAsResourceExhausted() {
 		code = codes.ResourceExhausted
 	}
-	c.err = status.Error(code, limitedMessage)
+	c.err = responseinfo.Refused(status.Error(code, limitedMessage), accesslog.FlagRateLimited, accesslog.DetailsLocalRateLimited)
 	c.retryAfter = c.retryAfter && httpStatus == 429
 	ops, err := parseHeaders("response_headers_to_add", m.GetResponseHeadersToAdd())
 	if err != nil {

@@ -20,8 +20,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/proxyless-grpc/xds/internal/accesslog"
 	"github.com/proxyless-grpc/xds/internal/fieldpath"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
+	"github.com/proxyless-grpc/xds/internal/responseinfo"
 	"github.com/proxyless-grpc/xds/internal/typedconfig"
 	"github.com/proxyless-grpc/xds/rbac"
 )
@@ -238,7 +240,8 @@ func (s *Step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, ht
 			if s.counter != nil {
 				s.counter.Count(ctx, outcomeDenied)
 			}
-			return ctx, nil, errDenied
+			// The access log names the policy; the client is told none.
+			return ctx, nil, responseinfo.Refused(errDenied, 0, accesslog.RBACDenied(d.MatchedPolicy))
 		}
 	}
 	if s.counter != nil {

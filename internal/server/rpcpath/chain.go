@@ -11,6 +11,7 @@ import (
 
 	"github.com/proxyless-grpc/xds/internal/filterchain"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
+	"github.com/proxyless-grpc/xds/internal/responseinfo"
 )
 
 // Chain gives the gRPC servers of one filter chain's connections what the
@@ -82,9 +83,27 @@ func (c *Chain) WithLocalIdentity(id func() *x509.Certificate) *Chain {
 // OnRefused has f told of every RPC the chain's tap handles refuse (a
 // route that does not exist, a filter step's refusal in the tap), with the
 // RPC's context, its headers and the refusal: gRPC reports no end of such
-// an RPC to its stats handlers. Call it before ServerOptions. Returns c.
+// an RPC to its stats handlers. Several functions are told in the order
+// given. Call it before ServerOptions. Returns c.
 func (c *Chain) OnRefused(f func(ctx context.Context, info *tap.Info, err error)) *Chain {
+	if prev := c.tap.refused; prev != nil {
+		c.tap.refused = func(ctx context.Context, info *tap.Info, err error) {
+			prev(ctx, info, err)
+			f(ctx, info, err)
+		}
+		return c
+	}
 	c.tap.refused = f
+	return c
+}
+
+// WithAccessLog has the chain's tap handles put each RPC's RPCInfo in its
+// context (InfoOf), for the chain's access log: each connection then gets
+// a tap handle of its own, which carries the connection's ConnInfo
+// (ConnOptions), as for per-connection filter state. Call it before
+// ServerOptions. Returns c.
+func (c *Chain) WithAccessLog() *Chain {
+	c.tap.logs = true
 	return c
 }
 
@@ -125,7 +144,7 @@ type UserOptions struct {
 // run ahead of the filters.
 func (c *Chain) ServerOptions(outer []grpc.ServerOption, user UserOptions) []grpc.ServerOption {
 	if user.Unknown != nil && c.needs.After {
-		c.tap.blocked = status.Errorf(codes.Unavailable, "xds: filter chain %q: its HTTP filters may refuse RPCs after gRPC's tap handle, and the server cannot tell whether its grpc.ServerOptions set a grpc.UnaryInterceptor or grpc.StreamInterceptor, which would run first (%v)", c.tap.chain, user.Unknown)
+		c.tap.blocked = responseinfo.Refused(status.Errorf(codes.Unavailable, "xds: filter chain %q: its HTTP filters may refuse RPCs after gRPC's tap handle, and the server cannot tell whether its grpc.ServerOptions set a grpc.UnaryInterceptor or grpc.StreamInterceptor, which would run first (%v)", c.tap.chain, user.Unknown), 0, DetailsBlocked)
 	}
 	opts := make([]grpc.ServerOption, 0, len(outer)+len(user.Options)+5)
 	opts = append(opts, outer...)
@@ -139,7 +158,7 @@ func (c *Chain) ServerOptions(outer []grpc.ServerOption, user UserOptions) []grp
 		opts = append(opts, grpc.ChainStreamInterceptor(user.Stream))
 	}
 	opts = append(opts, user.Options...)
-	if !c.needs.ConnState {
+	if !c.PerConn() {
 		opts = append(opts, grpc.InTapHandle(c.tap.handle))
 	}
 	return opts[:len(opts):len(opts)]
@@ -151,28 +170,36 @@ func (c *Chain) Blocked() error { return c.tap.blocked }
 
 // ConnOptions returns the options of the server of one new connection of
 // the chain, given what ServerOptions returned: opts itself, or, when the
-// chain's filters keep per-connection state, a copy with a tap handle that
-// carries a new httpfilter.ConnState (a few small allocations per
-// connection, none per RPC).
-func (c *Chain) ConnOptions(opts []grpc.ServerOption) []grpc.ServerOption {
-	if !c.needs.ConnState {
+// chain's filters keep per-connection state or the chain logs, a copy with
+// a tap handle of the connection's own, carrying a new httpfilter.ConnState
+// and info, the connection's ConnInfo (nil when the chain does not log; a
+// few small allocations per connection, none per RPC).
+func (c *Chain) ConnOptions(opts []grpc.ServerOption, info *ConnInfo) []grpc.ServerOption {
+	if !c.PerConn() {
 		return opts
 	}
-	return append(opts[:len(opts):len(opts)], grpc.InTapHandle(c.connHandle()))
+	return append(opts[:len(opts):len(opts)], grpc.InTapHandle(c.connHandle(info)))
 }
 
 // PerConn reports whether each connection's server needs options of its
 // own (ConnOptions adds a tap handle with per-connection state), so that a
 // server cannot serve another connection after the first.
-func (c *Chain) PerConn() bool { return c.needs.ConnState }
+func (c *Chain) PerConn() bool { return c.needs.ConnState || c.tap.logs }
+
+// Logs reports whether the chain has an access log (WithAccessLog): each
+// connection then needs a ConnInfo.
+func (c *Chain) Logs() bool { return c.tap.logs }
 
 // connHandle returns the tap handle of one new connection: the chain's
-// shared one, or one with a ConnState of its own.
-func (c *Chain) connHandle() tap.ServerInHandle {
-	if !c.needs.ConnState {
+// shared one, or one with a ConnState of its own and info.
+func (c *Chain) connHandle(info *ConnInfo) tap.ServerInHandle {
+	if !c.PerConn() {
 		return c.tap.handle
 	}
 	t := *c.tap
-	t.conn = &httpfilter.ConnState{}
+	if c.needs.ConnState {
+		t.conn = &httpfilter.ConnState{}
+	}
+	t.connInfo = info
 	return t.handle
 }

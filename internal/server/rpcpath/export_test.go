@@ -7,7 +7,7 @@ import (
 )
 
 // ConnTap returns the tap handle ConnOptions gives one new connection of c.
-func ConnTap(c *Chain) tap.ServerInHandle { return c.connHandle() }
+func ConnTap(c *Chain) tap.ServerInHandle { return c.connHandle(nil) }
 
 // UnaryAfter is the first interceptor of chains whose filters may return
 // work for after the tap.

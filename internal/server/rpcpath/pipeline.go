@@ -15,6 +15,7 @@ import (
 
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/metrics"
+	"github.com/proxyless-grpc/xds/internal/responseinfo"
 	"github.com/proxyless-grpc/xds/internal/server/serverlog"
 )
 
@@ -142,7 +143,7 @@ func (f *filterInfo) failed(ctx context.Context, reason, what string, stack []by
 	if last := f.lastLog.Load(); now-last >= int64(logEvery) && f.lastLog.CompareAndSwap(last, now) {
 		serverlog.Component.Errorf("xds: HTTP filter %q %s; the RPC fails with INTERNAL (more failures of this filter in the next %v are counted in %s, not logged)\n%s", f.name, what, logEvery, metrics.FilterErrors, stack)
 	}
-	return status.Errorf(codes.Internal, "xds: HTTP filter %q failed", f.name)
+	return responseinfo.Refused(status.Errorf(codes.Internal, "xds: HTTP filter %q failed", f.name), 0, DetailsFilterError)
 }
 
 // runInTap runs an RPC's stages in the tap handle. When a stage returns
@@ -194,8 +195,15 @@ func stepError(err error) error {
 // unless the sequence ended the RPC.
 func unaryAfter(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if q := resumeOf(ctx); q != nil {
+		in := ctx
 		var err error
-		if ctx, err = q.run(ctx, false); err != nil {
+		ctx, err = q.run(ctx, false)
+		if ctx != in {
+			// What logs the RPC sees the headers as the filters left them,
+			// whatever its outcome.
+			responseinfo.RequestChanged(ctx)
+		}
+		if err != nil {
 			if errors.Is(err, httpfilter.ErrSkipHandler) {
 				return nil, nil
 			}
@@ -213,6 +221,9 @@ func unaryAfter(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler g
 func streamAfter(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if q := resumeOf(ss.Context()); q != nil {
 		ctx, err := q.run(ss.Context(), false)
+		if ctx != ss.Context() {
+			responseinfo.RequestChanged(ctx)
+		}
 		if err != nil {
 			if errors.Is(err, httpfilter.ErrSkipHandler) {
 				if !info.IsServerStream {

@@ -25,6 +25,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -33,8 +34,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
+	"github.com/proxyless-grpc/xds/internal/accesslog"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/netaddr"
+	"github.com/proxyless-grpc/xds/internal/responseinfo"
 	"github.com/proxyless-grpc/xds/internal/routing"
 )
 
@@ -74,6 +77,65 @@ type tapper struct {
 	// an RPC the handle lets through because no service has its method;
 	// refused is told of those too, with errUnregistered.
 	unregistered func(method string) bool
+	// logs: the chain has an access log; each RPC's context then carries
+	// its RPCInfo. connInfo is the connection's (per-connection handles
+	// only).
+	logs     bool
+	connInfo *ConnInfo
+}
+
+// ConnInfo is what an access log knows of one connection of a chain that
+// logs: an id, unique in the process, and, once the server cut the
+// connection's RPCs short, why. Safe for concurrent use.
+type ConnInfo struct {
+	// ID is %CONNECTION_ID%.
+	ID    uint64
+	ended atomic.Pointer[string]
+}
+
+var connIDs atomic.Uint64
+
+// NewConnInfo returns the ConnInfo of a new connection.
+func NewConnInfo() *ConnInfo { return &ConnInfo{ID: connIDs.Add(1)} }
+
+// End records that the server cut the connection's RPCs short, and why
+// (an access log's response code details); the first reason stays. A nil c
+// records nothing.
+func (c *ConnInfo) End(details string) {
+	if c != nil {
+		c.ended.CompareAndSwap(nil, &details)
+	}
+}
+
+// Ended returns why the server cut the connection's RPCs short; "" while
+// it has not.
+func (c *ConnInfo) Ended() string {
+	if c == nil {
+		return ""
+	}
+	if p := c.ended.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// RPCInfo is what the tap handle learns of an RPC for the access log of
+// its chain: when its headers arrived, its connection, and the route that
+// matched (its name; "" before the match). Set by the tap, read once the
+// RPC ends.
+type RPCInfo struct {
+	Start time.Time
+	Conn  *ConnInfo
+	Route string
+}
+
+type rpcInfoKey struct{}
+
+// InfoOf returns the RPCInfo of the RPC of ctx; nil when its chain does
+// not log.
+func InfoOf(ctx context.Context) *RPCInfo {
+	ri, _ := ctx.Value(rpcInfoKey{}).(*RPCInfo)
+	return ri
 }
 
 // errUnregistered is what refused is told of an RPC for a method no
@@ -97,12 +159,17 @@ func (t *tapper) handle(ctx context.Context, info *tap.Info) (context.Context, e
 // route is the handle's work: it routes the RPC and runs the filter steps
 // that run in the tap.
 func (t *tapper) route(ctx context.Context, info *tap.Info) (context.Context, error) {
+	var ri *RPCInfo
+	if t.logs {
+		ri = &RPCInfo{Start: time.Now(), Conn: t.connInfo}
+		ctx = context.WithValue(ctx, rpcInfoKey{}, ri)
+	}
 	// 1. A :path that is not "/service/method" is refused before routing and
 	// RBAC see it, as gRPC refuses it after them: a DENY on a path must not
 	// be side-stepped by a malformed one (grpc-go v1.79.3), and routes and
 	// audit logs see only well-formed methods.
 	if !wellFormedMethod(info.FullMethodName) {
-		return ctx, status.Errorf(codes.Unimplemented, "xds: malformed method name %q", info.FullMethodName)
+		return ctx, responseinfo.Refused(status.Errorf(codes.Unimplemented, "xds: malformed method name %q", info.FullMethodName), accesslog.FlagDownstreamProtocolError, DetailsInvalidPath)
 	}
 	if t.blocked != nil {
 		return ctx, t.blocked
@@ -116,9 +183,9 @@ func (t *tapper) route(ctx context.Context, info *tap.Info) (context.Context, er
 		n, size := headerList(info.FullMethodName, info.Header)
 		switch {
 		case t.maxHeaderBytes > 0 && size > t.maxHeaderBytes:
-			return ctx, status.Errorf(codes.Internal, "xds: request headers of %d bytes exceed the filter chain's limit of %d bytes (max_request_headers_kb)", size, t.maxHeaderBytes)
+			return ctx, headerOverflow(status.Errorf(codes.Internal, "xds: request headers of %d bytes exceed the filter chain's limit of %d bytes (max_request_headers_kb)", size, t.maxHeaderBytes))
 		case t.maxHeaders > 0 && n > t.maxHeaders:
-			return ctx, status.Errorf(codes.Internal, "xds: %d request headers exceed the filter chain's limit of %d (max_headers_count)", n, t.maxHeaders)
+			return ctx, headerOverflow(status.Errorf(codes.Internal, "xds: %d request headers exceed the filter chain's limit of %d (max_headers_count)", n, t.maxHeaders))
 		}
 	}
 	// 3. The chain's current routes: an inline RouteConfiguration, or the
@@ -126,7 +193,7 @@ func (t *tapper) route(ctx context.Context, info *tap.Info) (context.Context, er
 	// fails every RPC).
 	rt := t.src.Load()
 	if rt.err != nil {
-		return ctx, status.Errorf(codes.Unavailable, "xds: filter chain %q: %v", t.chain, rt.err)
+		return ctx, noRoute(status.Errorf(codes.Unavailable, "xds: filter chain %q: %v", t.chain, rt.err), DetailsNoRouteConfiguration)
 	}
 	// 4. Virtual host by :authority, route by path and headers (gRFC A28).
 	var authority string
@@ -135,13 +202,16 @@ func (t *tapper) route(ctx context.Context, info *tap.Info) (context.Context, er
 	}
 	route, ok := rt.router.Match(authority, info.FullMethodName, info.Header)
 	if !ok {
-		return ctx, status.Errorf(codes.Unavailable, "xds: RouteConfiguration %q has no virtual host and route matching authority %q and method %q", rt.router.Name(), authority, info.FullMethodName)
+		return ctx, noRoute(status.Errorf(codes.Unavailable, "xds: RouteConfiguration %q has no virtual host and route matching authority %q and method %q", rt.router.Name(), authority, info.FullMethodName), accesslog.DetailsRouteNotFound)
+	}
+	if ri != nil {
+		ri.Route = route.Name
 	}
 	// 5. The route's action (gRFC A36): only non_forwarding_action serves
 	// RPCs, and the others are refused before any filter acts: no side call,
 	// no token, no header sent anywhere.
 	if route.Action != routing.ActionNonForwarding {
-		return ctx, status.Errorf(codes.Unavailable, "xds: RouteConfiguration %q, virtual host %q, route %d %q: action is %v, not non_forwarding_action", rt.router.Name(), route.VirtualHost, route.Index, route.Name, route.Action)
+		return ctx, noRoute(status.Errorf(codes.Unavailable, "xds: RouteConfiguration %q, virtual host %q, route %d %q: action is %v, not non_forwarding_action", rt.router.Name(), route.VirtualHost, route.Index, route.Name, route.Action), DetailsNotNonForwarding)
 	}
 	// 6. The chain's HTTP filters (gRFC A39), their configs merged with the
 	// route's overrides when the routes were applied, in order: one
@@ -158,6 +228,42 @@ func (t *tapper) route(ctx context.Context, info *tap.Info) (context.Context, er
 		ctx = httpfilter.WithLocalIdentity(ctx, t.localID)
 	}
 	return runInTap(ctx, rpc, stages)
+}
+
+// The response code details of the tap's own refusals, in the access log
+// (Envoy's words where Envoy has a case: http2.too_many_headers,
+// route_not_found).
+const (
+	// DetailsInvalidPath: a :path that is not "/service/method".
+	DetailsInvalidPath = "invalid_path"
+	// DetailsHeaderOverflow: request headers over the chain's bounds (Envoy's
+	// codec; flag DPE).
+	DetailsHeaderOverflow = "http2.too_many_headers"
+	// DetailsNoRouteConfiguration: the chain's RouteConfiguration does not
+	// exist or cannot be used (gRFC A36; flag NR).
+	DetailsNoRouteConfiguration = "route_configuration_unavailable"
+	// DetailsNotNonForwarding: the route's action is not
+	// non_forwarding_action (gRFC A36; flag NR).
+	DetailsNotNonForwarding = "route_not_non_forwarding"
+	// DetailsBlocked: the chain refuses every RPC (see Chain.Blocked).
+	DetailsBlocked = "filter_chain_blocked"
+	// DetailsFilterError: an HTTP filter's own code broke (a panic,
+	// undeclared work).
+	DetailsFilterError = "filter_error"
+	// DetailsDrainTimeout and DetailsServerStopped are why the server cut a
+	// connection's RPCs short (ConnInfo.End): its drain grace time ran
+	// out, or the server was stopped (Stop, or GracefulStop turned into a
+	// stop).
+	DetailsDrainTimeout  = "drain_timeout"
+	DetailsServerStopped = "server_stopped"
+)
+
+func headerOverflow(err error) error {
+	return responseinfo.Refused(err, accesslog.FlagDownstreamProtocolError, DetailsHeaderOverflow)
+}
+
+func noRoute(err error, details string) error {
+	return responseinfo.Refused(err, accesslog.FlagNoRouteFound, details)
 }
 
 // consumedHeaders are the headers of every gRPC request that gRPC's server
