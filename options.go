@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 
+	"github.com/proxyless-grpc/xds/internal/accesslog"
 	"github.com/proxyless-grpc/xds/internal/grpccompat"
 	"github.com/proxyless-grpc/xds/internal/metrics"
 	"github.com/proxyless-grpc/xds/internal/server/rpcpath"
@@ -151,6 +152,27 @@ func MeshMetrics() grpc.ServerOption {
 	return &meshMetricsOption{}
 }
 
+// AccessLogFile returns a server option that writes an access log line for
+// every RPC of every filter chain to the file at path ("/dev/stdout" for a
+// pod's log), in Istio's default format: what a sidecar writes when
+// Istio's meshConfig has accessLogFile (Istio sends no access log
+// configuration to proxyless servers). It is written besides any access_log
+// the control plane sets on an HttpConnectionManager. Lines never slow an
+// RPC: they are written on a goroutine of their own, and dropped (and
+// counted, grpc.xds_server.access_log.dropped) when it falls behind.
+// GRPCServer.ReopenAccessLogs reopens the file after logrotate moved it.
+// docs/observability.md shows the lines and what each field says.
+//
+// An empty path (the default) writes no such log. NewGRPCServer fails on a
+// path no log can be written to.
+//
+// # Experimental
+//
+// This option may change in a later release.
+func AccessLogFile(path string) grpc.ServerOption {
+	return &accessLogFileOption{path: path}
+}
+
 // ClientPool returns a server option that takes the xDS client from p
 // instead of xdsclient.DefaultPool. Servers of one process whose bootstrap
 // configurations are equal share one client per pool. A nil p means
@@ -188,6 +210,11 @@ type meshMetricsOption struct {
 	grpc.EmptyServerOption
 }
 
+type accessLogFileOption struct {
+	grpc.EmptyServerOption
+	path string
+}
+
 type clientPoolOption struct {
 	grpc.EmptyServerOption
 	p *pubxdsclient.Pool
@@ -205,6 +232,7 @@ type serverOptions struct {
 	metrics      *metrics.Server      // nil without meters
 	readiness    *readinessConfig     // nil: no ReadinessHealth
 	mesh         bool                 // MeshMetrics
+	accessLog    *accesslog.Config    // AccessLogFile's; nil: none
 	// nonXDSCreds describes the server's transport credentials when they
 	// are not xDS credentials (a filter chain's transport_socket is then
 	// not applied, gRFC A29); empty when they are. Set by resolveCreds.
@@ -262,6 +290,15 @@ func parseOptions(opts []grpc.ServerOption) (*serverOptions, error) {
 			so.readiness = &o.r
 		case *meshMetricsOption:
 			so.mesh = true
+		case *accessLogFileOption:
+			so.accessLog = nil
+			if o.path != "" {
+				cfg, err := accesslog.IstioFile(o.path)
+				if err != nil {
+					return nil, fmt.Errorf("xds: AccessLogFile(%q): %w", o.path, err)
+				}
+				so.accessLog = cfg
+			}
 		case *clientPoolOption:
 			so.pool = xdsclient.DefaultPool
 			if o.p != nil {

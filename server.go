@@ -6,12 +6,14 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/tap"
 
 	pubbootstrap "github.com/proxyless-grpc/xds/bootstrap"
+	"github.com/proxyless-grpc/xds/internal/accesslog/sink"
 	"github.com/proxyless-grpc/xds/internal/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/meshmetrics"
 	"github.com/proxyless-grpc/xds/internal/server/connserver"
@@ -29,10 +31,13 @@ import (
 //
 // Create one with NewGRPCServer. All methods are safe for concurrent use.
 type GRPCServer struct {
-	opts    *serverOptions        // immutable
-	client  *xdsclient.Client     // immutable; released by the first Stop/GracefulStop
-	mesh    *meshmetrics.Recorder // immutable; nil without MeshMetrics
-	release func()                // immutable
+	opts   *serverOptions        // immutable
+	client *xdsclient.Client     // immutable; released by the first Stop/GracefulStop
+	mesh   *meshmetrics.Recorder // immutable; nil without MeshMetrics
+	// accessLogs are the outputs of every access log of the server's
+	// filter chains; closed (flushed) when the server stops. Immutable.
+	accessLogs *sink.Outputs
+	release    func() // immutable
 	// catalog is a grpc.Server built from the user's options that never
 	// serves: it validates registrations as grpc.Server does and answers
 	// GetServiceInfo. Immutable pointer; grpc.Server is safe for concurrent
@@ -124,13 +129,14 @@ func NewGRPCServer(opts ...grpc.ServerOption) (*GRPCServer, error) {
 		}
 	}
 	s := &GRPCServer{
-		opts:     so,
-		mesh:     mesh,
-		client:   client,
-		release:  release,
-		catalog:  catalog,
-		lis:      make(map[*listener.Listener]struct{}),
-		stopDone: make(chan struct{}),
+		opts:       so,
+		mesh:       mesh,
+		accessLogs: sink.New(sink.Options{Metrics: so.metrics}),
+		client:     client,
+		release:    release,
+		catalog:    catalog,
+		lis:        make(map[*listener.Listener]struct{}),
+		stopDone:   make(chan struct{}),
 	}
 	if so.readiness != nil {
 		s.ready = newReadiness(*so.readiness)
@@ -230,6 +236,8 @@ func (s *GRPCServer) Serve(lis net.Listener) error {
 			DrainGrace:  s.opts.drainGrace,
 			DrainJitter: s.opts.drainJitter,
 			Mesh:        s.mesh,
+			AccessLogs:  s.accessLogs,
+			AccessLog:   s.opts.accessLog,
 		},
 		Metrics:      s.opts.metrics.Listener(addr.String()),
 		NonXDSCreds:  s.opts.nonXDSCreds,
@@ -254,6 +262,25 @@ func (s *GRPCServer) Stop() { s.stop(false) }
 // a GOAWAY and closed once their RPCs in flight have finished (drains in
 // progress keep their grace deadline); it returns when they have.
 func (s *GRPCServer) GracefulStop() { s.stop(true) }
+
+// accessLogFlushTime bounds how long Stop and GracefulStop wait for the
+// access logs' last lines to be written.
+const accessLogFlushTime = 5 * time.Second
+
+// ReopenAccessLogs writes what the access logs hold to the files open now,
+// then opens every access log file again at its path: call it after
+// logrotate (or anything else) moved a log file, for example from the
+// program's SIGUSR1 handler, as Envoy reopens its logs on SIGUSR1 (a library
+// does not take a process's signals). A file that cannot be opened is
+// reported, its lines dropped and counted, and it is tried again at the
+// next reopen. It returns ctx's error if ctx ends first.
+//
+// # Experimental
+//
+// This method may change in a later release.
+func (s *GRPCServer) ReopenAccessLogs(ctx context.Context) error {
+	return s.accessLogs.Reopen(ctx)
+}
 
 func (s *GRPCServer) stop(graceful bool) {
 	s.mu.Lock()
@@ -295,6 +322,12 @@ func (s *GRPCServer) stop(graceful bool) {
 	}
 	wg.Wait()
 	s.catalog.Stop()
+	// Every RPC has ended: what they logged is written before Stop returns.
+	ctx, cancel := context.WithTimeout(context.Background(), accessLogFlushTime)
+	if err := s.accessLogs.Close(ctx); err != nil {
+		serverlog.Component.Warningf("xds: writing the access logs' last lines: %v", err)
+	}
+	cancel()
 	s.mesh.Close()
 	s.release()
 	close(s.stopDone)

@@ -94,6 +94,23 @@ func (c *Config) Key() string {
 // Equal reports whether c and o log alike: the same serialized config.
 func (c *Config) Equal(o *Config) bool { return c.Key() == o.Key() }
 
+// Join returns a Config with the loggers of cs, in order; nil when none has
+// a logger.
+func Join(cs ...*Config) *Config {
+	var out *Config
+	for _, c := range cs {
+		if len(c.Loggers()) == 0 {
+			continue
+		}
+		if out == nil {
+			out = &Config{}
+		}
+		out.loggers = append(out.loggers, c.loggers...)
+		out.key += "\x00" + c.key
+	}
+	return out
+}
+
 // Logger is one compiled AccessLog entry: where its lines go, which
 // records it logs and how it formats them. Immutable and safe for
 // concurrent use.
@@ -368,6 +385,25 @@ var (
 	defaultOnce sync.Once
 	defaultText *textFormat
 )
+
+// IstioFile returns the access log Istio configures on a sidecar when
+// meshConfig's accessLogFile is path and it has no accessLogFormat: a
+// FileAccessLog on path with IstioFormat. An error says why path cannot be
+// a log's.
+func IstioFile(path string) (*Config, error) {
+	al := istioAccessLog()
+	fl := &filepb.FileAccessLog{}
+	if err := al.GetTypedConfig().UnmarshalTo(fl); err != nil {
+		return nil, err
+	}
+	fl.Path = path
+	a, err := anypb.New(fl)
+	if err != nil {
+		return nil, err
+	}
+	al.ConfigType = &accesslogpb.AccessLog_TypedConfig{TypedConfig: a}
+	return Compile([]*accesslogpb.AccessLog{al})
+}
 
 // IstioDefault returns the access log Istio configures on a sidecar when
 // meshConfig has accessLogFile: /dev/stdout and no accessLogFormat: a

@@ -29,10 +29,13 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/proxyless-grpc/xds/internal/accesslog"
+	"github.com/proxyless-grpc/xds/internal/accesslog/sink"
 	"github.com/proxyless-grpc/xds/internal/clock"
 	"github.com/proxyless-grpc/xds/internal/filterchain"
 	"github.com/proxyless-grpc/xds/internal/grpccompat"
 	"github.com/proxyless-grpc/xds/internal/meshmetrics"
+	"github.com/proxyless-grpc/xds/internal/server/rpclog"
 	"github.com/proxyless-grpc/xds/internal/server/rpcpath"
 	"github.com/proxyless-grpc/xds/internal/server/security"
 	"github.com/proxyless-grpc/xds/internal/server/serverlog"
@@ -57,6 +60,11 @@ type Options struct {
 	DrainGrace, DrainJitter time.Duration
 	// Mesh records Istio's standard metrics of the RPCs; nil records none.
 	Mesh *meshmetrics.Recorder
+	// AccessLogs are the server's access log outputs; nil logs nothing.
+	// AccessLog is the access log every chain writes besides its
+	// HttpConnectionManager's own (xds.AccessLogFile); nil for none.
+	AccessLogs *sink.Outputs
+	AccessLog  *accesslog.Config
 	// Log is the listener's logger.
 	Log *serverlog.Logger
 	// Clock times the drains (jitter delays, grace deadlines, the wait for
@@ -130,10 +138,10 @@ func NewGroup(o Options) *Group {
 		o.Rand = rand.N[time.Duration]
 	}
 	var registered func(string) bool
-	if o.Mesh != nil {
+	if o.Mesh != nil || o.AccessLogs != nil {
 		// The options' credentials were read the same way before the
 		// server was made: an error here is as unlikely, and costs only
-		// the count of RPCs for unregistered methods.
+		// the count (and log line) of RPCs for unregistered methods.
 		if has, err := grpccompat.HasUnknownServiceHandler(o.GRPC.Options); err == nil && !has {
 			registered = registeredMethods(o.Services)
 		}
@@ -163,20 +171,31 @@ func (g *Group) NewChainServer(fc *filterchain.FilterChain, routes *rpcpath.Sour
 		conns:  make(map[*Conn]struct{}),
 	}
 	cs.rpc = rpcpath.NewChain(fc.Name, fc.HCM, routes).WithLocalIdentity(sec.LocalCertificate)
-	// The mesh metrics' interceptors run first: they count the RPCs the
-	// chain's filters refuse after the tap, and set the peer metadata reply
-	// before the user's interceptors run.
+	// The access log's interceptors run first, then the mesh metrics':
+	// both see the RPCs the chain's filters refuse after the tap (and the
+	// log, the status the client gets); the mesh metrics set the peer
+	// metadata reply before the user's interceptors run. RPCs refused in
+	// the tap handle are logged and counted too, as a sidecar logs and
+	// counts those its filters refuse, and so are those gRPC refuses after
+	// it for a method no service has.
+	var outer []grpc.ServerOption
+	var cfg *accesslog.Config
+	if fc.HCM != nil {
+		cfg = fc.HCM.AccessLog
+	}
+	cs.log = g.opts.AccessLogs.Logger(accesslog.Join(cfg, g.opts.AccessLog))
+	if al := rpclog.New(cs.log, fc.Name, sec.LocalCertificate); al != nil {
+		cs.rpc.WithAccessLog().OnRefused(al.Refused)
+		outer = al.ServerOptions()
+	}
 	mesh, refused := g.opts.Mesh.ServerOptions(sec.LocalCertificate)
 	if refused != nil {
-		// RPCs refused in the tap handle count too, as a sidecar counts
-		// those its filters refuse, and so do those gRPC refuses after it
-		// for a method no service has.
 		cs.rpc.OnRefused(refused)
-		if g.registered != nil {
-			cs.rpc.OnUnregistered(g.registered)
-		}
 	}
-	cs.grpcOpts = cs.rpc.ServerOptions(mesh, g.opts.GRPC)
+	if (cs.log != nil || refused != nil) && g.registered != nil {
+		cs.rpc.OnUnregistered(g.registered)
+	}
+	cs.grpcOpts = cs.rpc.ServerOptions(append(outer, mesh...), g.opts.GRPC)
 	g.mu.Lock()
 	g.servers[cs] = struct{}{}
 	g.mu.Unlock()
@@ -190,6 +209,7 @@ func (g *Group) removeServer(cs *ChainServer) {
 	delete(g.servers, cs)
 	g.mu.Unlock()
 	cs.sec.Release()
+	cs.log.Close()
 	cs.onGone()
 }
 
@@ -286,6 +306,7 @@ type ChainServer struct {
 	onGone   func()              // called once by removeServer
 	rpc      *rpcpath.Chain      // what the chain's HTTP filters need of its servers
 	grpcOpts []grpc.ServerOption // the user's options, with the chain's interceptors and tap handle (rpc.ServerOptions)
+	log      *sink.Logger        // the chain's access log; nil for none; closed when the chain server is gone
 
 	mu sync.Mutex
 	// retired is set when the chain left service: no connection is added,
@@ -310,6 +331,9 @@ func (cs *ChainServer) Routes() *rpcpath.Source { return cs.routes }
 type Server struct {
 	srv      *grpc.Server // immutable
 	reusable bool         // immutable; false when the options are the connection's own
+	// info is the connection's, for its chain's access log; nil when the
+	// chain does not log. Immutable.
+	info *rpcpath.ConnInfo
 	// stopped is set before the server is stopped or gracefully stopped,
 	// under its chain server's mu by the package (Stop, for a server no
 	// chain server holds, without), and never cleared: a stopped server is
@@ -351,7 +375,11 @@ func (cs *ChainServer) NewServer() *Server {
 
 // newServer returns a new server for one connection of the chain.
 func (cs *ChainServer) newServer() *Server {
-	s := &Server{srv: grpc.NewServer(cs.rpc.ConnOptions(cs.grpcOpts)...), reusable: !cs.rpc.PerConn()}
+	var info *rpcpath.ConnInfo
+	if cs.rpc.Logs() {
+		info = rpcpath.NewConnInfo()
+	}
+	s := &Server{srv: grpc.NewServer(cs.rpc.ConnOptions(cs.grpcOpts, info)...), reusable: !cs.rpc.PerConn(), info: info}
 	for _, svc := range cs.g.opts.Services {
 		s.srv.RegisterService(svc.Desc, svc.Impl)
 	}
@@ -548,6 +576,7 @@ func (cs *ChainServer) stopAll() {
 	}
 	cs.mu.Unlock()
 	for _, srv := range srvs {
+		srv.info.End(rpcpath.DetailsServerStopped)
 		srv.srv.Stop()
 	}
 }
@@ -693,8 +722,10 @@ func (c *Conn) drain(delay time.Duration, deadline bool) {
 	if delay > 0 {
 		g.wait(g.graceful.Done(), delay)
 	}
-	srv := c.stopping().srv
+	s := c.stopping()
+	srv := s.srv
 	if g.hardStop.HasFired() {
+		s.info.End(rpcpath.DetailsServerStopped)
 		srv.Stop()
 		return
 	}
@@ -708,6 +739,7 @@ func (c *Conn) drain(delay time.Duration, deadline bool) {
 	stopped := make(chan struct{})
 	t := g.opts.Clock.AfterFunc(g.opts.DrainGrace, func() {
 		g.opts.Log.Infof("drain grace time (%v) over: closing connection %v of filter chain %q", g.opts.DrainGrace, c.Source(), c.cs.chain.Name)
+		s.info.End(rpcpath.DetailsDrainTimeout)
 		srv.Stop()
 		close(stopped)
 	})

@@ -1,0 +1,359 @@
+// Package rpclog writes the access log of a filter chain's RPCs, as Envoy's
+// HTTP connection manager writes its access_log: one record per RPC when it
+// ends, for those its filters or routing refused in the tap (Chain.Refused),
+// after it, and those the handler answered (Chain.ServerOptions: the
+// chain's outermost interceptors, so they see every RPC that gets past the
+// tap and the status its client gets).
+//
+// What a record says: the request headers as the filters left them (the
+// pipeline tells, responseinfo.RequestChanged), the response headers and
+// trailers sent (the interceptors wrap the RPC's grpc.ServerTransportStream
+// and, for streams, its grpc.ServerStream), the status, Envoy's response
+// flags and details (responseinfo: a refusal carries them; a delay is added
+// while the RPC goes on), the messages' bytes on the wire, the connection
+// (addresses, TLS, its id and whether the server cut it short: rpcpath's
+// ConnInfo) and the route (rpcpath's RPCInfo). Filling a record copies the
+// request headers once and formats nothing: the log's writers do that on
+// their own goroutines (accesslog/sink), and an RPC never waits for them.
+package rpclog
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/proxyless-grpc/xds/internal/accesslog"
+	"github.com/proxyless-grpc/xds/internal/accesslog/sink"
+	"github.com/proxyless-grpc/xds/internal/netaddr"
+	"github.com/proxyless-grpc/xds/internal/responseinfo"
+	"github.com/proxyless-grpc/xds/internal/server/rpcpath"
+)
+
+// Chain logs the RPCs of one filter chain. Immutable; safe for concurrent
+// use.
+type Chain struct {
+	log       *sink.Logger
+	name      string                   // the filter chain's name
+	localCert func() *x509.Certificate // the chain's current identity certificate; nil without TLS
+}
+
+// New returns the Chain that logs the RPCs of the filter chain named name to
+// log; localCert returns the chain's current identity certificate (nil
+// without TLS). nil when log is nil: nothing to log.
+func New(log *sink.Logger, name string, localCert func() *x509.Certificate) *Chain {
+	if log == nil {
+		return nil
+	}
+	return &Chain{log: log, name: name, localCert: localCert}
+}
+
+// ServerOptions returns the interceptors that log the RPCs that get past
+// the tap: they must be the chain's first, so that they see the status of
+// RPCs the filters refuse after the tap. Nil for a nil c.
+func (c *Chain) ServerOptions() []grpc.ServerOption {
+	if c == nil {
+		return nil
+	}
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(c.unary), grpc.ChainStreamInterceptor(c.stream)}
+}
+
+// Refused logs an RPC the chain's tap handle refused with err (or that gRPC
+// refuses after it, for a method no service has): its headers are the
+// tap's, its status err's, and no message went either way.
+func (c *Chain) Refused(ctx context.Context, info *tap.Info, err error) {
+	r := c.newRecord(ctx, time.Now())
+	r.FullMethod = info.FullMethodName
+	r.Authority = first(info.Header[":authority"])
+	r.RequestHeaders = metadata.MD(info.Header).Copy()
+	r.TrailersOnly = true
+	c.end(r, err, nil)
+}
+
+// unary logs a unary RPC.
+func (c *Chain) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	r := c.newRecord(ctx, time.Now())
+	r.FullMethod = info.FullMethod
+	r.BytesReceived = wireSize(req)
+	ts := &transportStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx), req: ctx}
+	resp, err := next(grpc.NewContextWithServerTransportStream(ctx, ts), req)
+	if err == nil {
+		// gRPC sends the response with its headers.
+		r.BytesSent = wireSize(resp)
+		ts.mu.Lock()
+		ts.sent = true
+		ts.mu.Unlock()
+	}
+	ts.finish(r)
+	c.end(r, err, ts)
+	return resp, err
+}
+
+// stream logs a streaming RPC.
+func (c *Chain) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, next grpc.StreamHandler) error {
+	ctx := ss.Context()
+	r := c.newRecord(ctx, time.Now())
+	r.FullMethod = info.FullMethod
+	ts := &transportStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx), req: ctx}
+	ws := &serverStream{ServerStream: ss, ts: ts, ctx: grpc.NewContextWithServerTransportStream(ctx, ts)}
+	err := next(srv, ws)
+	r.BytesReceived, r.BytesSent = ws.in, ws.out
+	ts.finish(r)
+	c.end(r, err, ts)
+	return err
+}
+
+// newRecord starts the record of the RPC of ctx: its start (the tap's, when
+// the RPC went through it; else now), connection and route.
+func (c *Chain) newRecord(ctx context.Context, now time.Time) *accesslog.Record {
+	r := &accesslog.Record{StartTime: now, FilterChainName: c.name}
+	if ri := rpcpath.InfoOf(ctx); ri != nil {
+		r.StartTime, r.RouteName = ri.Start, ri.Route
+		if ri.Conn != nil {
+			r.ConnectionID = ri.Conn.ID
+		}
+	}
+	if p, ok := peer.FromContext(ctx); ok {
+		r.Remote, _ = netaddr.FromNet(p.Addr)
+		r.Local, _ = netaddr.FromNet(p.LocalAddr)
+		var st *tls.ConnectionState
+		switch ai := p.AuthInfo.(type) {
+		case credentials.TLSInfo:
+			st = &ai.State
+		case *credentials.TLSInfo:
+			st = &ai.State
+		}
+		if st != nil {
+			r.TLSVersion, r.CipherSuite, r.ServerName = st.Version, st.CipherSuite, st.ServerName
+			if len(st.PeerCertificates) > 0 {
+				r.PeerCertificates = st.PeerCertificates
+			}
+			if c.localCert != nil {
+				r.LocalCertificate = c.localCert()
+			}
+		}
+	}
+	return r
+}
+
+// end completes r with the RPC's end, err (nil: OK), and logs it. ts is
+// the RPC's transport stream (nil for an RPC refused in the tap).
+func (c *Chain) end(r *accesslog.Record, err error, ts *transportStream) {
+	r.Duration = time.Since(r.StartTime)
+	st := statusOf(err)
+	r.GRPCStatus, r.GRPCMessage, r.HasGRPCStatus = uint32(st.Code()), st.Message(), true
+	r.ResponseCode = 200
+	if ts != nil {
+		r.ResponseFlags = ts.flags
+	}
+	flags, details, refused := responseinfo.Of(err)
+	r.ResponseFlags |= flags
+	switch {
+	case refused:
+		r.ResponseCodeDetails = details
+	case ts != nil && ts.ended() != "":
+		// The server cut the RPC short: its drain ran out of time, or it
+		// was stopped.
+		r.ResponseFlags |= accesslog.FlagDownstreamConnectionTermination
+		r.ResponseCodeDetails = ts.ended()
+	case ts != nil && errors.Is(ts.reqContext().Err(), context.Canceled) && st.Code() == codes.Canceled:
+		// The client reset the stream: no status went back.
+		r.ResponseFlags |= accesslog.FlagDownstreamRemoteReset
+		r.ResponseCodeDetails = accesslog.DetailsRemoteReset
+		r.HasGRPCStatus, r.ResponseCode = false, 0
+	default:
+		r.ResponseCodeDetails = accesslog.DetailsViaUpstream
+	}
+	c.log.Log(r)
+}
+
+// statusOf is the status the client gets for a handler's err.
+func statusOf(err error) *status.Status {
+	if err == nil {
+		return status.New(codes.OK, "")
+	}
+	if st, ok := status.FromError(err); ok {
+		return st
+	}
+	return status.FromContextError(err)
+}
+
+// transportStream is the RPC's grpc.ServerTransportStream as its handler
+// (and the filters after the tap) see it: what they set or send as headers
+// and trailers is recorded on the way to gRPC's. It is the RPC's
+// responseinfo.Recorder too. Used by the RPC's goroutines (a streaming
+// handler may send from one and set trailers from another).
+type transportStream struct {
+	grpc.ServerTransportStream
+
+	mu      sync.Mutex
+	req     context.Context // the request headers as the filters left them; guarded by mu
+	header  metadata.MD     // set or sent; guarded by mu
+	trailer metadata.MD     // guarded by mu
+	sentHdr bool            // headers went out; guarded by mu
+	sent    bool            // a message went out; guarded by mu
+	flags   accesslog.Flags // guarded by mu
+}
+
+var _ responseinfo.Recorder = (*transportStream)(nil)
+
+func (t *transportStream) SetHeader(md metadata.MD) error {
+	err := t.ServerTransportStream.SetHeader(md)
+	if err == nil {
+		t.mu.Lock()
+		t.header = metadata.Join(t.header, md)
+		t.mu.Unlock()
+	}
+	return err
+}
+
+func (t *transportStream) SendHeader(md metadata.MD) error {
+	err := t.ServerTransportStream.SendHeader(md)
+	if err == nil {
+		t.mu.Lock()
+		t.header = metadata.Join(t.header, md)
+		t.sentHdr = true
+		t.mu.Unlock()
+	}
+	return err
+}
+
+func (t *transportStream) SetTrailer(md metadata.MD) error {
+	err := t.ServerTransportStream.SetTrailer(md)
+	if err == nil {
+		t.mu.Lock()
+		t.trailer = metadata.Join(t.trailer, md)
+		t.mu.Unlock()
+	}
+	return err
+}
+
+// AddResponseFlags implements responseinfo.Recorder.
+func (t *transportStream) AddResponseFlags(f accesslog.Flags) {
+	t.mu.Lock()
+	t.flags |= f
+	t.mu.Unlock()
+}
+
+// RequestChanged implements responseinfo.Recorder.
+func (t *transportStream) RequestChanged(ctx context.Context) {
+	t.mu.Lock()
+	t.req = ctx
+	t.mu.Unlock()
+}
+
+// reqContext returns the RPC's context as the filters left it.
+func (t *transportStream) reqContext() context.Context {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.req
+}
+
+// ended returns why the server cut the RPC's connection short; "" if it
+// did not.
+func (t *transportStream) ended() string {
+	if ri := rpcpath.InfoOf(t.reqContext()); ri != nil {
+		return ri.Conn.Ended()
+	}
+	return ""
+}
+
+// finish puts in r what the RPC's handler and filters set and sent: the
+// request headers as the filters left them, the response headers and
+// trailers, and whether the status went alone (gRPC sends it Trailers-Only
+// when no header was set and nothing went before it).
+func (t *transportStream) finish(r *accesslog.Record) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	md, _ := metadata.FromIncomingContext(t.req) // a copy the record owns
+	r.RequestHeaders = md
+	r.Authority = first(md[":authority"])
+	r.ResponseHeaders, r.Trailers = t.header, t.trailer
+	r.TrailersOnly = !t.sentHdr && !t.sent && len(t.header) == 0
+}
+
+// serverStream is a streaming RPC's grpc.ServerStream as the handler sees
+// it: its context carries the transportStream; its headers and trailers
+// are recorded; its messages counted, as on the wire.
+type serverStream struct {
+	grpc.ServerStream
+	ts      *transportStream
+	ctx     context.Context
+	in, out uint64 // bytes; each only touched by the goroutine that receives (sends)
+}
+
+func (s *serverStream) Context() context.Context { return s.ctx }
+
+func (s *serverStream) SetHeader(md metadata.MD) error {
+	err := s.ServerStream.SetHeader(md)
+	if err == nil {
+		s.ts.mu.Lock()
+		s.ts.header = metadata.Join(s.ts.header, md)
+		s.ts.mu.Unlock()
+	}
+	return err
+}
+
+func (s *serverStream) SendHeader(md metadata.MD) error {
+	err := s.ServerStream.SendHeader(md)
+	if err == nil {
+		s.ts.mu.Lock()
+		s.ts.header = metadata.Join(s.ts.header, md)
+		s.ts.sentHdr = true
+		s.ts.mu.Unlock()
+	}
+	return err
+}
+
+func (s *serverStream) SetTrailer(md metadata.MD) {
+	s.ServerStream.SetTrailer(md)
+	s.ts.mu.Lock()
+	s.ts.trailer = metadata.Join(s.ts.trailer, md)
+	s.ts.mu.Unlock()
+}
+
+func (s *serverStream) SendMsg(m any) error {
+	err := s.ServerStream.SendMsg(m)
+	if err == nil {
+		s.out += wireSize(m)
+		s.ts.mu.Lock()
+		s.ts.sent = true
+		s.ts.mu.Unlock()
+	}
+	return err
+}
+
+func (s *serverStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if err == nil {
+		s.in += wireSize(m)
+	}
+	return err
+}
+
+// wireSize is the size of message m on the wire: its encoding and its
+// frame's 5-byte prefix (only the prefix for a message of another codec).
+func wireSize(m any) uint64 {
+	if pm, ok := m.(proto.Message); ok {
+		return uint64(proto.Size(pm)) + 5
+	}
+	return 5
+}
+
+func first(v []string) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return v[0]
+}
