@@ -257,3 +257,27 @@ func TestKeyAndEqual(t *testing.T) {
 		t.Errorf("configs of different formats are equal")
 	}
 }
+
+// TestRequestHeaders: a config reports exactly the request headers its
+// formats and filters read, the pseudo-headers aside, so that a server
+// copies only those into a Record.
+func TestRequestHeaders(t *testing.T) {
+	istio := accesslog.IstioDefault()
+	if got, want := strings.Join(istio.RequestHeaders(), ","), "user-agent,x-envoy-original-path,x-forwarded-for,x-request-id"; got != want {
+		t.Errorf("Istio's default reads %q, want %q", got, want)
+	}
+	cfg, err := accesslog.Compile([]*accesslogpb.AccessLog{
+		logOf(t, stdout(textFormat("%REQ(X-A?X-B)% %RESP(x-c)% %TRAILER(x-d)% %REQ(:AUTHORITY)% %STREAM_ID%\n")), nil),
+		logOf(t, stdout(textFormat("%PROTOCOL%\n")), &accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_HeaderFilter{HeaderFilter: &accesslogpb.HeaderFilter{
+			Header: &routepb.HeaderMatcher{Name: "x-tenant", HeaderMatchSpecifier: &routepb.HeaderMatcher_PresentMatch{PresentMatch: true}}}}}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(cfg.RequestHeaders(), ","), "x-a,x-b,x-request-id,x-tenant"; got != want {
+		t.Errorf("RequestHeaders() = %q, want %q", got, want)
+	}
+	if got := accesslog.Join(cfg, istio).RequestHeaders(); len(got) != 7 {
+		t.Errorf("joined: %q, want the 7 headers of both", got)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -72,6 +73,38 @@ const IstioFormat = `[%START_TIME%] "%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:
 type Config struct {
 	loggers []*Logger
 	key     string
+	reads   []string // the request headers the loggers read, sorted
+}
+
+// RequestHeaders returns the names of the request headers the config's
+// formats and filters read (the pseudo-headers excepted: a Record has them
+// in fields), sorted: a server copies only those into a Record's
+// RequestHeaders. Shared: do not modify.
+func (c *Config) RequestHeaders() []string {
+	if c == nil {
+		return nil
+	}
+	return c.reads
+}
+
+// setReads computes reads from the loggers.
+func (c *Config) setReads() {
+	seen := map[string]bool{}
+	add := func(name string) {
+		name = strings.ToLower(name)
+		if strings.HasPrefix(name, ":") || seen[name] {
+			return
+		}
+		seen[name] = true
+		c.reads = append(c.reads, name)
+	}
+	for _, l := range c.loggers {
+		l.format.requestHeaders(add)
+		if r, ok := l.filter.(headerReader); ok {
+			r.requestHeaders(add)
+		}
+	}
+	slices.Sort(c.reads)
 }
 
 // Loggers returns the loggers; the slice must not be modified.
@@ -107,6 +140,9 @@ func Join(cs ...*Config) *Config {
 		}
 		out.loggers = append(out.loggers, c.loggers...)
 		out.key += "\x00" + c.key
+	}
+	if out != nil {
+		out.setReads()
 	}
 	return out
 }
@@ -181,6 +217,7 @@ func (c *compiler) compile(logs []*accesslogpb.AccessLog) (*Config, error) {
 		}
 		out.loggers = append(out.loggers, l)
 	}
+	out.setReads()
 	return out, nil
 }
 

@@ -145,6 +145,19 @@ func (f constFilter) match(*Record) bool { return bool(f) }
 
 type andFilter []filter
 
+func (f andFilter) requestHeaders(add func(string)) { filtersRead(f, add) }
+
+func (f orFilter) requestHeaders(add func(string)) { filtersRead(f, add) }
+
+// filtersRead tells add of the request headers fs read.
+func filtersRead(fs []filter, add func(string)) {
+	for _, f := range fs {
+		if r, ok := f.(headerReader); ok {
+			r.requestHeaders(add)
+		}
+	}
+}
+
 func (f andFilter) match(r *Record) bool {
 	for _, g := range f {
 		if !g.match(r) {
@@ -186,6 +199,12 @@ func compileRuntimeFilter(f *accesslogpb.RuntimeFilter) (filter, error) {
 	return runtimeFilter{frac: frac, independent: f.GetUseIndependentRandomness()}, nil
 }
 
+func (f runtimeFilter) requestHeaders(add func(string)) {
+	if !f.independent {
+		add("x-request-id")
+	}
+}
+
 func (f runtimeFilter) match(r *Record) bool {
 	if f.frac.Never() || f.frac.Always() {
 		return f.frac.Always()
@@ -204,6 +223,8 @@ func (f runtimeFilter) match(r *Record) bool {
 // headerFilter matches a request header, pseudo-headers included, binary
 // values in their wire form, as Envoy's does.
 type headerFilter struct{ m matcher.HeaderMatcher }
+
+func (f headerFilter) requestHeaders(add func(string)) { add(f.m.Name()) }
 
 func (f headerFilter) match(r *Record) bool {
 	return f.m.MatchValues(r.requestHeaderValues(f.m.Name()))

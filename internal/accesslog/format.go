@@ -15,6 +15,18 @@ import (
 // use.
 type format interface {
 	appendLine(b []byte, r *Record) []byte
+	headerReader
+}
+
+func (f *textFormat) requestHeaders(add func(string)) { piecesRead(f.pieces, add) }
+
+func (f *jsonFormat) requestHeaders(add func(string)) { f.root.requestHeaders(add) }
+
+func (n *jsonNode) requestHeaders(add func(string)) {
+	piecesRead(n.pieces, add)
+	for _, v := range n.values {
+		v.requestHeaders(add)
+	}
 }
 
 // textFormat is a format string: its pieces in order, an operator without

@@ -190,7 +190,62 @@ func (c *compiler) compileOperator(tok token) (operator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	if h := fixedReads(tok); h != "" {
+		op = readsHeader{operator: op, name: h}
+	}
 	return op, nil
+}
+
+// fixedReads returns the request header the commands that are not %REQ()%
+// read (besides the pseudo-headers, which a Record has in fields); "" for
+// none.
+func fixedReads(tok token) string {
+	switch tok.name {
+	case "PATH":
+		return "x-envoy-original-path"
+	case "STREAM_ID":
+		return "x-request-id"
+	case "REQUESTED_SERVER_NAME":
+		// Only the modes that fall back to the host read it.
+		if mode, _, _ := strings.Cut(tok.params, ":"); mode == "SNI_FIRST" || mode == "HOST_FIRST" {
+			return "x-envoy-original-host"
+		}
+	}
+	return ""
+}
+
+// headerReader is an operator or filter that reads request headers: it
+// says which, so that a server copies into a Record only those
+// (Config.RequestHeaders).
+type headerReader interface {
+	requestHeaders(add func(name string))
+}
+
+// readsHeader is an operator that reads the request header name.
+type readsHeader struct {
+	operator
+	name string
+}
+
+func (o readsHeader) requestHeaders(add func(string)) { add(o.name) }
+
+func (o headerOp) requestHeaders(add func(string)) {
+	if o.src != requestHeader {
+		return
+	}
+	add(o.main)
+	if o.alt != "" {
+		add(o.alt)
+	}
+}
+
+// piecesRead tells add of the request headers pieces read.
+func piecesRead(pieces []piece, add func(string)) {
+	for _, p := range pieces {
+		if r, ok := p.op.(headerReader); ok {
+			r.requestHeaders(add)
+		}
+	}
 }
 
 // appendTrunc appends s to b, cut to max bytes unless max is negative (a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/proxyless-grpc/xds/internal/accesslog"
 	"github.com/proxyless-grpc/xds/internal/metrics"
@@ -18,6 +19,11 @@ const (
 	fileChunk = 64 << 10
 	// keepBuffer is the largest formatting buffer kept between batches.
 	keepBuffer = 1 << 20
+	// flushRecords is the batch that wakes the writer at once; fewer
+	// records wait up to Options.FlushInterval, as Envoy's file logs wait
+	// for file_flush_interval, so that a steady stream of RPCs costs one
+	// wake-up and one write per batch rather than per RPC.
+	flushRecords = 512
 )
 
 // item is one record to format with one logger's format.
@@ -57,7 +63,8 @@ type output struct {
 	enqueued uint64 // guarded by mu: records accepted
 	stopped  bool   // guarded by mu: set by shutdown, no record is accepted after
 
-	wake  chan struct{} // capacity 1: pending became non-empty
+	wake  chan struct{} // capacity 1: pending has a batch, or waited FlushInterval
+	timer *time.Timer   // wakes the writer FlushInterval after pending became non-empty
 	ctl   chan ctlRequest
 	retry chan struct{} // capacity 1: try a failed open again
 	stop  chan struct{} // closed by shutdown
@@ -91,7 +98,17 @@ func newOutput(path string, opts Options) *output {
 	case accesslog.Stderr:
 		out.std, out.w = true, opts.Stderr
 	}
+	out.timer = time.AfterFunc(time.Hour, out.wakeUp)
+	out.timer.Stop()
 	return out
+}
+
+// wakeUp wakes the writer, unless it is already awake.
+func (o *output) wakeUp() {
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
 }
 
 // enqueue hands a record to the writer, or drops and counts it when the
@@ -108,14 +125,14 @@ func (o *output) enqueue(l *accesslog.Logger, r *accesslog.Record) {
 		return
 	}
 	o.pending = append(o.pending, item{l: l, r: r})
-	first := len(o.pending) == 1
+	n := len(o.pending)
 	o.enqueued++
+	if n == 1 {
+		o.timer.Reset(o.opts.FlushInterval)
+	}
 	o.mu.Unlock()
-	if first {
-		select {
-		case o.wake <- struct{}{}:
-		default:
-		}
+	if n == flushRecords {
+		o.wakeUp()
 	}
 }
 
@@ -166,6 +183,7 @@ func (o *output) request(ctx context.Context, kind ctlKind) error {
 // the records as they come, until shutdown.
 func (o *output) run() {
 	defer close(o.done)
+	defer o.timer.Stop()
 	if !o.std {
 		o.open()
 	}

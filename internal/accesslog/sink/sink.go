@@ -28,6 +28,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc/grpclog"
 
@@ -54,7 +55,15 @@ type Options struct {
 	// Stdout and Stderr receive the lines for /dev/stdout and /dev/stderr;
 	// nil means os.Stdout and os.Stderr.
 	Stdout, Stderr io.Writer
+	// FlushInterval is how long a line may wait to be written while fewer
+	// than a batch wait with it; 0 means DefaultFlushInterval. Flush,
+	// Reopen and Close write at once.
+	FlushInterval time.Duration
 }
+
+// DefaultFlushInterval is Envoy's default file_flush_interval: lines are
+// written at least once a second.
+const DefaultFlushInterval = time.Second
 
 // Outputs are the access log outputs of a server, shared by path by its
 // Loggers. Safe for concurrent use.
@@ -74,6 +83,9 @@ type Outputs struct {
 func New(opts Options) *Outputs {
 	if opts.Buffer <= 0 {
 		opts.Buffer = DefaultBuffer
+	}
+	if opts.FlushInterval <= 0 {
+		opts.FlushInterval = DefaultFlushInterval
 	}
 	if opts.OpenFile == nil {
 		opts.OpenFile = openAppend

@@ -183,8 +183,9 @@ func (g *Group) NewChainServer(fc *filterchain.FilterChain, routes *rpcpath.Sour
 	if fc.HCM != nil {
 		cfg = fc.HCM.AccessLog
 	}
-	cs.log = g.opts.AccessLogs.Logger(accesslog.Join(cfg, g.opts.AccessLog))
-	if al := rpclog.New(cs.log, fc.Name, sec.LocalCertificate); al != nil {
+	cfg = accesslog.Join(cfg, g.opts.AccessLog)
+	cs.log = g.opts.AccessLogs.Logger(cfg)
+	if al := rpclog.New(cs.log, cfg, fc.Name, sec.LocalCertificate); al != nil {
 		cs.rpc.WithAccessLog().OnRefused(al.Refused)
 		outer = al.ServerOptions()
 	}

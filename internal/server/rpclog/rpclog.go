@@ -45,18 +45,20 @@ import (
 // use.
 type Chain struct {
 	log       *sink.Logger
+	reads     []string                 // the request headers the log reads (accesslog.Config.RequestHeaders)
 	name      string                   // the filter chain's name
 	localCert func() *x509.Certificate // the chain's current identity certificate; nil without TLS
 }
 
-// New returns the Chain that logs the RPCs of the filter chain named name to
-// log; localCert returns the chain's current identity certificate (nil
-// without TLS). nil when log is nil: nothing to log.
-func New(log *sink.Logger, name string, localCert func() *x509.Certificate) *Chain {
+// New returns the Chain that logs the RPCs of the filter chain named name
+// with cfg to log (log = outputs.Logger(cfg)); localCert returns the chain's
+// current identity certificate (nil without TLS). nil when log is nil:
+// nothing to log. A record gets only the request headers cfg reads.
+func New(log *sink.Logger, cfg *accesslog.Config, name string, localCert func() *x509.Certificate) *Chain {
 	if log == nil {
 		return nil
 	}
-	return &Chain{log: log, name: name, localCert: localCert}
+	return &Chain{log: log, reads: cfg.RequestHeaders(), name: name, localCert: localCert}
 }
 
 // ServerOptions returns the interceptors that log the RPCs that get past
@@ -76,7 +78,12 @@ func (c *Chain) Refused(ctx context.Context, info *tap.Info, err error) {
 	r := c.newRecord(ctx, time.Now())
 	r.FullMethod = info.FullMethodName
 	r.Authority = first(info.Header[":authority"])
-	r.RequestHeaders = metadata.MD(info.Header).Copy()
+	r.RequestHeaders = c.headers(func(k string) []string {
+		if v := info.Header[k]; len(v) > 0 {
+			return append([]string(nil), v...)
+		}
+		return nil
+	})
 	r.TrailersOnly = true
 	c.end(r, err, nil)
 }
@@ -86,7 +93,7 @@ func (c *Chain) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 	r := c.newRecord(ctx, time.Now())
 	r.FullMethod = info.FullMethod
 	r.BytesReceived = wireSize(req)
-	ts := &transportStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx), req: ctx}
+	ts := &transportStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx), req: ctx, c: c}
 	resp, err := next(grpc.NewContextWithServerTransportStream(ctx, ts), req)
 	if err == nil {
 		// gRPC sends the response with its headers.
@@ -105,7 +112,7 @@ func (c *Chain) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInf
 	ctx := ss.Context()
 	r := c.newRecord(ctx, time.Now())
 	r.FullMethod = info.FullMethod
-	ts := &transportStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx), req: ctx}
+	ts := &transportStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx), req: ctx, c: c}
 	ws := &serverStream{ServerStream: ss, ts: ts, ctx: grpc.NewContextWithServerTransportStream(ctx, ts)}
 	err := next(srv, ws)
 	r.BytesReceived, r.BytesSent = ws.in, ws.out
@@ -151,8 +158,12 @@ func (c *Chain) newRecord(ctx context.Context, now time.Time) *accesslog.Record 
 // the RPC's transport stream (nil for an RPC refused in the tap).
 func (c *Chain) end(r *accesslog.Record, err error, ts *transportStream) {
 	r.Duration = time.Since(r.StartTime)
-	st := statusOf(err)
-	r.GRPCStatus, r.GRPCMessage, r.HasGRPCStatus = uint32(st.Code()), st.Message(), true
+	code := codes.OK
+	if err != nil {
+		st := statusOf(err)
+		code, r.GRPCMessage = st.Code(), st.Message()
+	}
+	r.GRPCStatus, r.HasGRPCStatus = uint32(code), true
 	r.ResponseCode = 200
 	if ts != nil {
 		r.ResponseFlags = ts.flags
@@ -167,7 +178,7 @@ func (c *Chain) end(r *accesslog.Record, err error, ts *transportStream) {
 		// was stopped.
 		r.ResponseFlags |= accesslog.FlagDownstreamConnectionTermination
 		r.ResponseCodeDetails = ts.ended()
-	case ts != nil && errors.Is(ts.reqContext().Err(), context.Canceled) && st.Code() == codes.Canceled:
+	case ts != nil && errors.Is(ts.reqContext().Err(), context.Canceled) && code == codes.Canceled:
 		// The client reset the stream: no status went back.
 		r.ResponseFlags |= accesslog.FlagDownstreamRemoteReset
 		r.ResponseCodeDetails = accesslog.DetailsRemoteReset
@@ -178,11 +189,8 @@ func (c *Chain) end(r *accesslog.Record, err error, ts *transportStream) {
 	c.log.Log(r)
 }
 
-// statusOf is the status the client gets for a handler's err.
+// statusOf is the status the client gets for a handler's err (not nil).
 func statusOf(err error) *status.Status {
-	if err == nil {
-		return status.New(codes.OK, "")
-	}
 	if st, ok := status.FromError(err); ok {
 		return st
 	}
@@ -196,6 +204,7 @@ func statusOf(err error) *status.Status {
 // handler may send from one and set trailers from another).
 type transportStream struct {
 	grpc.ServerTransportStream
+	c *Chain
 
 	mu      sync.Mutex
 	req     context.Context // the request headers as the filters left them; guarded by mu
@@ -253,6 +262,21 @@ func (t *transportStream) RequestChanged(ctx context.Context) {
 	t.mu.Unlock()
 }
 
+// headers returns the request headers the log reads, each value list got
+// from get (a copy the record owns); nil when the log reads none.
+func (c *Chain) headers(get func(string) []string) map[string][]string {
+	if len(c.reads) == 0 {
+		return nil
+	}
+	md := make(map[string][]string, len(c.reads))
+	for _, k := range c.reads {
+		if v := get(k); len(v) > 0 {
+			md[k] = v
+		}
+	}
+	return md
+}
+
 // reqContext returns the RPC's context as the filters left it.
 func (t *transportStream) reqContext() context.Context {
 	t.mu.Lock()
@@ -276,9 +300,9 @@ func (t *transportStream) ended() string {
 func (t *transportStream) finish(r *accesslog.Record) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	md, _ := metadata.FromIncomingContext(t.req) // a copy the record owns
-	r.RequestHeaders = md
-	r.Authority = first(md[":authority"])
+	req := t.req
+	r.RequestHeaders = t.c.headers(func(k string) []string { return metadata.ValueFromIncomingContext(req, k) })
+	r.Authority = first(metadata.ValueFromIncomingContext(req, ":authority"))
 	r.ResponseHeaders, r.Trailers = t.header, t.trailer
 	r.TrailersOnly = !t.sentHdr && !t.sent && len(t.header) == 0
 }

@@ -131,6 +131,19 @@ type RPCInfo struct {
 
 type rpcInfoKey struct{}
 
+// infoContext is a context carrying an RPCInfo: one allocation for both.
+type infoContext struct {
+	context.Context
+	info RPCInfo
+}
+
+func (c *infoContext) Value(key any) any {
+	if key == (rpcInfoKey{}) {
+		return &c.info
+	}
+	return c.Context.Value(key)
+}
+
 // InfoOf returns the RPCInfo of the RPC of ctx; nil when its chain does
 // not log.
 func InfoOf(ctx context.Context) *RPCInfo {
@@ -161,8 +174,8 @@ func (t *tapper) handle(ctx context.Context, info *tap.Info) (context.Context, e
 func (t *tapper) route(ctx context.Context, info *tap.Info) (context.Context, error) {
 	var ri *RPCInfo
 	if t.logs {
-		ri = &RPCInfo{Start: time.Now(), Conn: t.connInfo}
-		ctx = context.WithValue(ctx, rpcInfoKey{}, ri)
+		ic := &infoContext{Context: ctx, info: RPCInfo{Start: time.Now(), Conn: t.connInfo}}
+		ctx, ri = ic, &ic.info
 	}
 	// 1. A :path that is not "/service/method" is refused before routing and
 	// RBAC see it, as gRPC refuses it after them: a DENY on a path must not
