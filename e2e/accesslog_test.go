@@ -28,7 +28,7 @@ import (
 )
 
 // fileLog is an access_log entry writing format to path.
-func fileLog(t *testing.T, path, format string) *accesslogpb.AccessLog {
+func fileLog(t testing.TB, path, format string) *accesslogpb.AccessLog {
 	t.Helper()
 	return &accesslogpb.AccessLog{Name: "file", ConfigType: &accesslogpb.AccessLog_TypedConfig{TypedConfig: anyOf(t, &filepb.FileAccessLog{
 		Path: path,
@@ -40,7 +40,7 @@ func fileLog(t *testing.T, path, format string) *accesslogpb.AccessLog {
 
 // loggingListener returns l with its first chain's HttpConnectionManager
 // logging with logs.
-func loggingListener(t *testing.T, l *listenerpb.Listener, logs ...*accesslogpb.AccessLog) *listenerpb.Listener {
+func loggingListener(t testing.TB, l *listenerpb.Listener, logs ...*accesslogpb.AccessLog) *listenerpb.Listener {
 	t.Helper()
 	hcm := &hcmpb.HttpConnectionManager{}
 	if err := l.FilterChains[0].Filters[0].GetTypedConfig().UnmarshalTo(hcm); err != nil {
