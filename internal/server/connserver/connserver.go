@@ -186,7 +186,7 @@ func (g *Group) NewChainServer(fc *filterchain.FilterChain, routes *rpcpath.Sour
 	cfg = accesslog.Join(cfg, g.opts.AccessLog)
 	cs.log = g.opts.AccessLogs.Logger(cfg)
 	if al := rpclog.New(cs.log, cfg, fc.Name, sec.LocalCertificate); al != nil {
-		cs.rpc.WithAccessLog().OnRefused(al.Refused)
+		cs.rpc.WithAccessLog(cfg.RequestHeaders()).OnRefused(al.Refused)
 		outer = al.ServerOptions()
 	}
 	mesh, refused := g.opts.Mesh.ServerOptions(sec.LocalCertificate)

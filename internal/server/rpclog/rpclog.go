@@ -78,12 +78,9 @@ func (c *Chain) Refused(ctx context.Context, info *tap.Info, err error) {
 	r := c.newRecord(ctx, time.Now())
 	r.FullMethod = info.FullMethodName
 	r.Authority = first(info.Header[":authority"])
-	r.RequestHeaders = c.headers(func(k string) []string {
-		if v := info.Header[k]; len(v) > 0 {
-			return append([]string(nil), v...)
-		}
-		return nil
-	})
+	if ri := rpcpath.InfoOf(ctx); ri != nil {
+		r.RequestHeaders = ri.Headers
+	}
 	r.TrailersOnly = true
 	c.end(r, err, nil)
 }
@@ -93,7 +90,7 @@ func (c *Chain) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 	r := c.newRecord(ctx, time.Now())
 	r.FullMethod = info.FullMethod
 	r.BytesReceived = wireSize(req)
-	ts := &transportStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx), req: ctx, c: c}
+	ts := &transportStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx), req: ctx, first: ctx, c: c}
 	resp, err := next(grpc.NewContextWithServerTransportStream(ctx, ts), req)
 	if err == nil {
 		// gRPC sends the response with its headers.
@@ -112,7 +109,7 @@ func (c *Chain) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInf
 	ctx := ss.Context()
 	r := c.newRecord(ctx, time.Now())
 	r.FullMethod = info.FullMethod
-	ts := &transportStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx), req: ctx, c: c}
+	ts := &transportStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx), req: ctx, first: ctx, c: c}
 	ws := &serverStream{ServerStream: ss, ts: ts, ctx: grpc.NewContextWithServerTransportStream(ctx, ts)}
 	err := next(srv, ws)
 	r.BytesReceived, r.BytesSent = ws.in, ws.out
@@ -204,7 +201,8 @@ func statusOf(err error) *status.Status {
 // handler may send from one and set trailers from another).
 type transportStream struct {
 	grpc.ServerTransportStream
-	c *Chain
+	c     *Chain
+	first context.Context // the RPC's context as the interceptor got it; immutable
 
 	mu      sync.Mutex
 	req     context.Context // the request headers as the filters left them; guarded by mu
@@ -300,9 +298,16 @@ func (t *transportStream) ended() string {
 func (t *transportStream) finish(r *accesslog.Record) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	req := t.req
-	r.RequestHeaders = t.c.headers(func(k string) []string { return metadata.ValueFromIncomingContext(req, k) })
-	r.Authority = first(metadata.ValueFromIncomingContext(req, ":authority"))
+	ri := rpcpath.InfoOf(t.first)
+	if t.req == t.first && ri != nil {
+		// The headers as they arrived, picked by the tap: no filter
+		// changed them after it.
+		r.RequestHeaders = ri.Headers
+	} else {
+		md, _ := metadata.FromIncomingContext(t.req) // a copy the record owns
+		r.RequestHeaders = t.c.headers(func(k string) []string { return md[k] })
+	}
+	r.Authority = first(metadata.ValueFromIncomingContext(t.req, ":authority"))
 	r.ResponseHeaders, r.Trailers = t.header, t.trailer
 	r.TrailersOnly = !t.sentHdr && !t.sent && len(t.header) == 0
 }

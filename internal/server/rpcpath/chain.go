@@ -98,12 +98,12 @@ func (c *Chain) OnRefused(f func(ctx context.Context, info *tap.Info, err error)
 }
 
 // WithAccessLog has the chain's tap handles put each RPC's RPCInfo in its
-// context (InfoOf), for the chain's access log: each connection then gets
-// a tap handle of its own, which carries the connection's ConnInfo
-// (ConnOptions), as for per-connection filter state. Call it before
-// ServerOptions. Returns c.
-func (c *Chain) WithAccessLog() *Chain {
-	c.tap.logs = true
+// context (InfoOf), with the request headers named reads (lower-case), for
+// the chain's access log: each connection then gets a tap handle of its
+// own, which carries the connection's ConnInfo (ConnOptions), as for
+// per-connection filter state. Call it before ServerOptions. Returns c.
+func (c *Chain) WithAccessLog(reads []string) *Chain {
+	c.tap.logs, c.tap.logReads = true, reads
 	return c
 }
 

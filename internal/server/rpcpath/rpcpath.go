@@ -78,9 +78,10 @@ type tapper struct {
 	// refused is told of those too, with errUnregistered.
 	unregistered func(method string) bool
 	// logs: the chain has an access log; each RPC's context then carries
-	// its RPCInfo. connInfo is the connection's (per-connection handles
-	// only).
+	// its RPCInfo, with the request headers in logReads. connInfo is the
+	// connection's (per-connection handles only).
 	logs     bool
+	logReads []string
 	connInfo *ConnInfo
 }
 
@@ -127,6 +128,10 @@ type RPCInfo struct {
 	Start time.Time
 	Conn  *ConnInfo
 	Route string
+	// Headers are the request headers the access log reads, as they
+	// arrived (gRPC's values, which nothing modifies); nil when it reads
+	// none or the request has none of them.
+	Headers map[string][]string
 }
 
 type rpcInfoKey struct{}
@@ -175,6 +180,14 @@ func (t *tapper) route(ctx context.Context, info *tap.Info) (context.Context, er
 	var ri *RPCInfo
 	if t.logs {
 		ic := &infoContext{Context: ctx, info: RPCInfo{Start: time.Now(), Conn: t.connInfo}}
+		for _, k := range t.logReads {
+			if v, ok := info.Header[k]; ok {
+				if ic.info.Headers == nil {
+					ic.info.Headers = make(map[string][]string, len(t.logReads))
+				}
+				ic.info.Headers[k] = v
+			}
+		}
 		ctx, ri = ic, &ic.info
 	}
 	// 1. A :path that is not "/service/method" is refused before routing and
