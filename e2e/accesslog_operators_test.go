@@ -538,4 +538,3 @@ func TestAccessLog_TLSOperators(t *testing.T) {
 	fields := checkOpLines(t, linesOf(string(b)), cases, r.rpcs)
 	connectionIDs(t, fields, []string{"unary", "stream"}, "")
 }
-
