@@ -21,11 +21,19 @@ import (
 
 	// protojson resolves the "@type" of a typed_config only for message types
 	// linked into the program. These are the ones an xDS server uses: the
-	// router and RBAC HTTP filters, the TLS transport socket, and TypedStruct
-	// (an HttpConnectionManager may be wrapped in one). HttpConnectionManager
-	// itself is imported above.
+	// HTTP filters it runs (router, RBAC, local and global rate limit, fault
+	// injection, ext_authz, and their per-route configs), the access loggers
+	// of an HttpConnectionManager's access_log (file, stdout, stderr), the
+	// TLS transport socket, and TypedStruct (an HttpConnectionManager may be
+	// wrapped in one). HttpConnectionManager itself is imported above.
 	_ "github.com/cncf/xds/go/udpa/type/v1"
 	_ "github.com/cncf/xds/go/xds/type/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/local_ratelimit/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"

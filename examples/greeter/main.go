@@ -17,7 +17,10 @@
 //
 // SIGINT or SIGTERM: readiness goes NOT_SERVING, the greeter waits
 // -shutdown-delay (for load balancers to notice), then GracefulStop, then
-// Stop after -shutdown-timeout. See README.md.
+// Stop after -shutdown-timeout. With -access-log-file, every RPC is logged
+// in Istio's format (xds.AccessLogFile), and SIGUSR1 reopens the file
+// (GRPCServer.ReopenAccessLogs), as Envoy reopens its logs, for
+// logrotate. See README.md.
 package main
 
 import (
@@ -64,6 +67,7 @@ type config struct {
 	shutdownTimeout time.Duration // how long GracefulStop may take before Stop
 	drainGrace      time.Duration // xds.DrainGraceTime
 	noMeshMetrics   bool          // without xds.MeshMetrics (-mesh-metrics=false)
+	accessLogFile   string        // xds.AccessLogFile; "" for none
 	log             *log.Logger
 
 	// Test hooks, nil in the command.
@@ -95,6 +99,7 @@ func parseFlags(args []string, output io.Writer) (config, error) {
 	fs.DurationVar(&cfg.shutdownDelay, "shutdown-delay", 5*time.Second, "on SIGINT/SIGTERM, how long to report NOT_SERVING while still serving, before GracefulStop")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 30*time.Second, "after -shutdown-delay, how long to let RPCs in flight finish before closing every connection")
 	fs.DurationVar(&cfg.drainGrace, "drain-grace", xds.DefaultDrainGraceTime, "how long a connection drained by a configuration change may finish its RPCs")
+	fs.StringVar(&cfg.accessLogFile, "access-log-file", "", "write an access log line for every RPC to this `path` (/dev/stdout for the pod's log), in Istio's default format (xds.AccessLogFile); SIGUSR1 reopens it, for logrotate")
 	meshMetrics := fs.Bool("mesh-metrics", true, "record Istio's standard metrics (istio_requests_total, ...) as a sidecar would, for Istio's dashboards and Kiali (xds.MeshMetrics)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
@@ -166,9 +171,39 @@ func run(ctx context.Context, cfg config) (err error) {
 		// Istio's dashboards and Kiali see the greeter as if it had a sidecar.
 		opts = append(opts, xds.MeshMetrics())
 	}
+	if cfg.accessLogFile != "" {
+		// A line per RPC, as an Istio sidecar writes with meshConfig
+		// accessLogFile.
+		opts = append(opts, xds.AccessLogFile(cfg.accessLogFile))
+	}
 	s, err := xds.NewGRPCServer(opts...)
 	if err != nil {
 		return err // no bootstrap, an invalid one, or no server_listener_resource_name_template
+	}
+	if cfg.accessLogFile != "" {
+		// SIGUSR1 reopens the access log, as it does Envoy's: logrotate
+		// moves the file, then signals (its postrotate). A library takes
+		// no signal; the program does.
+		usr1 := make(chan os.Signal, 1)
+		signal.Notify(usr1, syscall.SIGUSR1)
+		reopenDone := make(chan struct{})
+		defer func() {
+			signal.Stop(usr1)
+			close(usr1)
+			<-reopenDone
+		}()
+		go func() {
+			defer close(reopenDone)
+			for range usr1 {
+				rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				if err := s.ReopenAccessLogs(rctx); err != nil {
+					cfg.log.Printf("SIGUSR1: reopening the access log: %v", err)
+				} else {
+					cfg.log.Printf("SIGUSR1: reopened the access log %s", cfg.accessLogFile)
+				}
+				cancel()
+			}
+		}()
 	}
 	testgrpc.RegisterTestServiceServer(s, greeter{})
 	if cfg.register != nil {

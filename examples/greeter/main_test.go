@@ -51,17 +51,18 @@ func TestParseFlags(t *testing.T) {
 	}
 	if cfg.addr != "127.0.0.1:50051" || cfg.adminGRPCAddr != "127.0.0.1:50052" || cfg.adminHTTPAddr != "127.0.0.1:50053" ||
 		cfg.pprof || cfg.shutdownDelay != 5*time.Second || cfg.shutdownTimeout != 30*time.Second || cfg.drainGrace != 10*time.Minute ||
-		cfg.noMeshMetrics {
+		cfg.noMeshMetrics || cfg.accessLogFile != "" {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	cfg, err = parseFlags([]string{"-addr", "0.0.0.0:8080", "-admin-grpc-addr", ":9090", "-admin-http-addr", ":9091", "-pprof",
-		"-shutdown-delay", "2s", "-shutdown-timeout", "5s", "-drain-grace", "1m", "-mesh-metrics=false"}, io.Discard)
+		"-shutdown-delay", "2s", "-shutdown-timeout", "5s", "-drain-grace", "1m", "-mesh-metrics=false",
+		"-access-log-file=/dev/stdout"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.addr != "0.0.0.0:8080" || cfg.adminGRPCAddr != ":9090" || cfg.adminHTTPAddr != ":9091" || !cfg.pprof ||
 		cfg.shutdownDelay != 2*time.Second || cfg.shutdownTimeout != 5*time.Second || cfg.drainGrace != time.Minute ||
-		!cfg.noMeshMetrics {
+		!cfg.noMeshMetrics || cfg.accessLogFile != "/dev/stdout" {
 		t.Errorf("parsed: %+v", cfg)
 	}
 	for _, args := range [][]string{{"-no-such-flag"}, {"extra"}, {"-shutdown-timeout", "soon"}} {
@@ -142,6 +143,7 @@ type greeterOptions struct {
 	pprof           bool
 	clientCreds     credentials.TransportCredentials // of g.conn; insecure if nil
 	noMeshMetrics   bool                             // -mesh-metrics=false
+	accessLogFile   string                           // -access-log-file
 }
 
 // runGreeter runs the greeter in process on loopback port 0, with the
@@ -179,6 +181,7 @@ func runGreeter(ctx context.Context, t *testing.T, o greeterOptions) *greeterRun
 			register:        o.register,
 			pprof:           o.pprof,
 			noMeshMetrics:   o.noMeshMetrics,
+			accessLogFile:   o.accessLogFile,
 		})
 	}()
 	select {

@@ -404,6 +404,14 @@ func appendStreamID(b []byte, r *Record) ([]byte, bool) {
 	return append(b, v...), true
 }
 
+// NewStreamID returns a new stream ID for Record.StreamID: a random
+// (version 4) UUID, as Envoy's connection manager generates an
+// x-request-id, its stream ID, for a request without one.
+func NewStreamID() string {
+	b, _ := appendUUID(make([]byte, 0, 36), nil)
+	return string(b)
+}
+
 // appendUUID is %UNIQUE_ID%: a new random (version 4) UUID.
 func appendUUID(b []byte, _ *Record) ([]byte, bool) {
 	var u [16]byte

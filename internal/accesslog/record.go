@@ -95,7 +95,9 @@ type Record struct {
 	// (%CONNECTION_ID%; 0 when unset, as Envoy prints it).
 	ConnectionID uint64
 	// StreamID identifies the RPC (%STREAM_ID%). Envoy's is the request's
-	// x-request-id; when StreamID is "", the log shows that header instead.
+	// x-request-id, which Envoy generates for a request without one: the
+	// server sets StreamID (NewStreamID) for such a request; when StreamID
+	// is "", the log shows the request's x-request-id.
 	StreamID string
 }
 

@@ -349,6 +349,8 @@ func (mf *manifests) checkShape(t *testing.T) (xdsHost string, xdsPort, probePor
 		fmt.Sprintf("-addr=%s:%d", xdsHost, xdsPort),
 		fmt.Sprintf("-admin-grpc-addr=0.0.0.0:%d", probePort),
 		fmt.Sprintf("-admin-http-addr=0.0.0.0:%d", httpPort),
+		// Istio's access log on the pod's log, as a sidecar's.
+		"-access-log-file=/dev/stdout",
 	} {
 		if !slices.Contains(c.Args, arg) {
 			t.Errorf("container %s's args %q lack %q", c.Name, c.Args, arg)

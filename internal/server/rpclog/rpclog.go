@@ -183,6 +183,11 @@ func (c *Chain) end(r *accesslog.Record, err error, ts *transportStream) {
 	default:
 		r.ResponseCodeDetails = accesslog.DetailsViaUpstream
 	}
+	if first(r.RequestHeaders["x-request-id"]) == "" {
+		// Envoy's stream ID is the x-request-id it generates for a
+		// request without one (%STREAM_ID%).
+		r.StreamID = accesslog.NewStreamID()
+	}
 	c.log.Log(r)
 }
 
