@@ -16,6 +16,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"syscall"
@@ -323,8 +325,9 @@ func cpuTime(b *testing.B) time.Duration {
 
 // clientLoad runs n operations of mode ("unary": RPCs on one connection;
 // "conn": dial, one RPC, close) against addr from a child process, and
-// returns the CPU this process used meanwhile.
-func clientLoad(b *testing.B, addr, mode, authority string, n int) time.Duration {
+// returns the CPU this process used meanwhile. With a profile path, it
+// writes a CPU profile of this process over that same time.
+func clientLoad(b *testing.B, addr, mode, authority string, n int, profile string) time.Duration {
 	b.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchClientProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(), benchEnvAddr+"="+addr, benchEnvN+"="+strconv.Itoa(n),
@@ -353,13 +356,48 @@ func clientLoad(b *testing.B, addr, mode, authority string, n int) time.Duration
 		b.Fatalf("client process ended before %q", word)
 	}
 	waitFor("ready")
+	stopProfile := startProfile(b, profile)
 	start := cpuTime(b)
 	waitFor("done")
 	used := cpuTime(b) - start
+	stopProfile()
 	if err := cmd.Wait(); err != nil {
 		b.Fatalf("client process: %v", err)
 	}
 	return used
+}
+
+// benchProfileDir, when set, names a directory where sideBySide writes a
+// CPU profile of each variant's load of each round, <variant>-<round>.pprof:
+// the servers' CPU only while that variant's server takes the load (the
+// others are idle), to compare variants, or commits, function by function:
+//
+//	PXDS_BENCH_PROFILE_DIR=/tmp/prof go test -run '^$' -bench 'BenchmarkServerNewConn$' -benchtime 20000x ./e2e
+//	go tool pprof -proto /tmp/prof/xds-1chain-*.pprof > xds.pprof  # merge the rounds
+//	go tool pprof -proto /tmp/prof/plain-*.pprof > plain.pprof
+//	go tool pprof -top -diff_base plain.pprof xds.pprof             # what xds adds
+const benchProfileDir = "PXDS_BENCH_PROFILE_DIR"
+
+// startProfile starts a CPU profile into path, if not empty, and returns
+// what stops it.
+func startProfile(b *testing.B, path string) (stop func()) {
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // benchVariant is one server of a side-by-side benchmark.
@@ -383,10 +421,15 @@ func sideBySide(b *testing.B, mode string, variants []benchVariant) {
 	const rounds = 10
 	per := max(b.N/rounds, 1)
 	cpu := make([]time.Duration, len(variants))
+	profDir := os.Getenv(benchProfileDir)
 	b.ResetTimer()
-	for range rounds {
+	for round := range rounds {
 		for i, s := range servers {
-			cpu[i] += clientLoad(b, s.addr, mode, variants[i].authority, per)
+			var profile string
+			if profDir != "" {
+				profile = filepath.Join(profDir, fmt.Sprintf("%s-%d.pprof", variants[i].name, round))
+			}
+			cpu[i] += clientLoad(b, s.addr, mode, variants[i].authority, per, profile)
 		}
 	}
 	b.StopTimer()
