@@ -24,7 +24,9 @@ import (
 // feature alone, and grpc-go's xDS server with the same RBAC and its own
 // OpenTelemetry plugin (it NACKs the local rate limit and fault filters, so
 // its figure covers RBAC and metrics only, as the shared bench's
-// grpcxds+loaded). Target (issue 41): xds-loaded within 10 % of plain.
+// grpcxds+loaded). xds-loaded-noop is xds-loaded with the mesh metrics
+// into OpenTelemetry's no-op provider: the library's own share, without
+// the SDK's. Target (issue 41): xds-loaded within 10 % of plain.
 //
 //	go test -run '^$' -bench 'BenchmarkServerUnaryLoaded$' -benchtime 20000x ./e2e
 func BenchmarkServerUnaryLoaded(b *testing.B) {
@@ -53,6 +55,7 @@ func BenchmarkServerUnaryLoaded(b *testing.B) {
 		{name: "xds-mesh", start: with(meshLibrary, nil, false)},
 		{name: "xds-accesslog", start: with(thisLibrary, nil, true)},
 		{name: "xds-loaded", start: with(meshLibrary, loaded, true)},
+		{name: "xds-loaded-noop", start: with(meshNoopLibrary, loaded, true)},
 		{name: "grpcxds-loaded", start: func(b *testing.B) benchServer {
 			return startBenchServer(b, grpcGoXDSOTel, func(a net.Addr) *listenerpb.Listener {
 				return filtersListener(a, []*hcmpb.HttpFilter{rbac10}, allRoutes("bench"), "")

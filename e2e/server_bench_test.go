@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"sync"
@@ -411,7 +412,9 @@ type benchVariant struct {
 // turns, in 10 rounds of b.N/10 operations of mode each, so that a change in
 // the machine's load during the run weighs on all of them alike. It reports
 // each one's server CPU per operation and its ratio to the first variant
-// (plain gRPC).
+// (plain gRPC), and the heap allocations per operation of this process
+// while it took the load (<variant>-allocs/op: steadier than CPU, for
+// finding what a feature costs).
 func sideBySide(b *testing.B, mode string, variants []benchVariant) {
 	servers := make([]benchServer, len(variants))
 	for i, v := range variants {
@@ -421,6 +424,8 @@ func sideBySide(b *testing.B, mode string, variants []benchVariant) {
 	const rounds = 10
 	per := max(b.N/rounds, 1)
 	cpu := make([]time.Duration, len(variants))
+	mallocs := make([]uint64, len(variants))
+	var ms runtime.MemStats
 	profDir := os.Getenv(benchProfileDir)
 	b.ResetTimer()
 	for round := range rounds {
@@ -429,12 +434,17 @@ func sideBySide(b *testing.B, mode string, variants []benchVariant) {
 			if profDir != "" {
 				profile = filepath.Join(profDir, fmt.Sprintf("%s-%d.pprof", variants[i].name, round))
 			}
+			runtime.ReadMemStats(&ms)
+			before := ms.Mallocs
 			cpu[i] += clientLoad(b, s.addr, mode, variants[i].authority, per, profile)
+			runtime.ReadMemStats(&ms)
+			mallocs[i] += ms.Mallocs - before
 		}
 	}
 	b.StopTimer()
 	for i, v := range variants {
 		b.ReportMetric(float64(cpu[i].Nanoseconds())/float64(per*rounds), v.name+"-cpu-ns/op")
+		b.ReportMetric(float64(mallocs[i])/float64(per*rounds), v.name+"-allocs/op")
 		if i > 0 {
 			b.ReportMetric(float64(cpu[i])/float64(cpu[0]), v.name+"/plain")
 		}

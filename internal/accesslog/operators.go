@@ -394,8 +394,8 @@ func (o grpcStatusOp) numeric() bool { return o.form == grpcNumber }
 // appendStreamID is %STREAM_ID%: the record's stream ID, else the
 // request's x-request-id (Envoy's stream ID).
 func appendStreamID(b []byte, r *Record) ([]byte, bool) {
-	if r.StreamID != "" {
-		return append(b, r.StreamID...), true
+	if r.StreamID != (UUID{}) {
+		return r.StreamID.append(b), true
 	}
 	v, ok := r.requestHeader("x-request-id")
 	if !ok || v == "" {
@@ -404,23 +404,26 @@ func appendStreamID(b []byte, r *Record) ([]byte, bool) {
 	return append(b, v...), true
 }
 
+// UUID is a UUID's 16 bytes; the zero UUID is none.
+type UUID [16]byte
+
 // NewStreamID returns a new stream ID for Record.StreamID: a random
 // (version 4) UUID, as Envoy's connection manager generates an
-// x-request-id, its stream ID, for a request without one.
-func NewStreamID() string {
-	b, _ := appendUUID(make([]byte, 0, 36), nil)
-	return string(b)
-}
-
-// appendUUID is %UNIQUE_ID%: a new random (version 4) UUID.
-func appendUUID(b []byte, _ *Record) ([]byte, bool) {
-	var u [16]byte
+// x-request-id, its stream ID, for a request without one. It allocates
+// nothing: the text is written with the line.
+func NewStreamID() UUID {
+	var u UUID
 	hi, lo := rand.Uint64(), rand.Uint64()
 	for i := range 8 {
 		u[i], u[8+i] = byte(hi>>(56-8*i)), byte(lo>>(56-8*i))
 	}
 	u[6] = u[6]&0x0f | 0x40
 	u[8] = u[8]&0x3f | 0x80
+	return u
+}
+
+// append appends u in its text form (8-4-4-4-12 hex digits) to b.
+func (u UUID) append(b []byte) []byte {
 	const hex = "0123456789abcdef"
 	for i, c := range u {
 		if i == 4 || i == 6 || i == 8 || i == 10 {
@@ -428,7 +431,15 @@ func appendUUID(b []byte, _ *Record) ([]byte, bool) {
 		}
 		b = append(b, hex[c>>4], hex[c&15])
 	}
-	return b, true
+	return b
+}
+
+// String is u in its text form.
+func (u UUID) String() string { return string(u.append(make([]byte, 0, 36))) }
+
+// appendUUID is %UNIQUE_ID%: a new random (version 4) UUID.
+func appendUUID(b []byte, _ *Record) ([]byte, bool) {
+	return NewStreamID().append(b), true
 }
 
 // addrSide says which end of the connection an address operator reads.

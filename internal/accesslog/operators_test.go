@@ -402,3 +402,19 @@ func TestEveryCommandCompiles(t *testing.T) {
 		}
 	}
 }
+
+// TestNewStreamID: a random version 4 UUID in its text form, new each
+// time, made without allocating (one per logged RPC without x-request-id).
+func TestNewStreamID(t *testing.T) {
+	a, b := accesslog.NewStreamID(), accesslog.NewStreamID()
+	if a == b {
+		t.Fatalf("two stream IDs are equal: %v", a)
+	}
+	re := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+	if s := a.String(); !re.MatchString(s) {
+		t.Errorf("stream ID %q is not a version 4 UUID", s)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = accesslog.NewStreamID() }); n != 0 {
+		t.Errorf("NewStreamID allocates %v times, want 0", n)
+	}
+}

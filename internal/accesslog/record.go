@@ -97,8 +97,8 @@ type Record struct {
 	// StreamID identifies the RPC (%STREAM_ID%). Envoy's is the request's
 	// x-request-id, which Envoy generates for a request without one: the
 	// server sets StreamID (NewStreamID) for such a request; when StreamID
-	// is "", the log shows the request's x-request-id.
-	StreamID string
+	// is zero, the log shows the request's x-request-id.
+	StreamID UUID
 }
 
 // Flags are Envoy's response flags (%RESPONSE_FLAGS%): additional details

@@ -88,3 +88,11 @@ func TestRecorder(t *testing.T) {
 }
 
 type plainStream struct{ grpc.ServerTransportStream }
+
+// TestOfSucceededAllocatesNothing: the access log asks Of about every RPC,
+// and most succeed.
+func TestOfSucceededAllocatesNothing(t *testing.T) {
+	if n := testing.AllocsPerRun(100, func() { responseinfo.Of(nil) }); n != 0 {
+		t.Errorf("Of(nil) allocates %v times, want 0", n)
+	}
+}

@@ -307,12 +307,12 @@ func (t *transportStream) finish(r *accesslog.Record) {
 	if t.req == t.first && ri != nil {
 		// The headers as they arrived, picked by the tap: no filter
 		// changed them after it.
-		r.RequestHeaders = ri.Headers
+		r.RequestHeaders, r.Authority = ri.Headers, ri.Authority
 	} else {
 		md, _ := metadata.FromIncomingContext(t.req) // a copy the record owns
 		r.RequestHeaders = t.c.headers(func(k string) []string { return md[k] })
+		r.Authority = first(md[":authority"])
 	}
-	r.Authority = first(metadata.ValueFromIncomingContext(t.req, ":authority"))
 	r.ResponseHeaders, r.Trailers = t.header, t.trailer
 	r.TrailersOnly = !t.sentHdr && !t.sent && len(t.header) == 0
 }

@@ -128,6 +128,8 @@ type RPCInfo struct {
 	Start time.Time
 	Conn  *ConnInfo
 	Route string
+	// Authority is the request's :authority as it arrived.
+	Authority string
 	// Headers are the request headers the access log reads, as they
 	// arrived (gRPC's values, which nothing modifies); nil when it reads
 	// none or the request has none of them.
@@ -180,6 +182,9 @@ func (t *tapper) route(ctx context.Context, info *tap.Info) (context.Context, er
 	var ri *RPCInfo
 	if t.logs {
 		ic := &infoContext{Context: ctx, info: RPCInfo{Start: time.Now(), Conn: t.connInfo}}
+		if a := info.Header[":authority"]; len(a) > 0 {
+			ic.info.Authority = a[0]
+		}
 		for _, k := range t.logReads {
 			if v, ok := info.Header[k]; ok {
 				if ic.info.Headers == nil {
