@@ -255,7 +255,9 @@ func (s *GRPCServer) Serve(lis net.Listener) error {
 // Stop stops the server at once: it closes every listener passed to Serve
 // and every connection (RPCs in flight fail), cancels every xDS watch and
 // releases the xDS client. Every Serve returns nil. Stop returns when every
-// goroutine of the server has exited. Later calls wait for the first.
+// goroutine of the server has exited. With an access log, it also waits for
+// the handlers of the RPCs it cut short to return, at most 5 seconds, so
+// that their lines are written. Later calls wait for the first.
 func (s *GRPCServer) Stop() { s.stop(false) }
 
 // GracefulStop stops the server like Stop, except that connections are sent
@@ -322,7 +324,11 @@ func (s *GRPCServer) stop(graceful bool) {
 	}
 	wg.Wait()
 	s.catalog.Stop()
-	// Every RPC has ended: what they logged is written before Stop returns.
+	// Every connection is closed. The access logs' outputs are closed once
+	// the chains' loggers are, each after the handlers of its RPCs cut
+	// short have returned (rpclog.Chain.Close): what every RPC logged is
+	// written before Stop returns, unless that takes longer than
+	// accessLogFlushTime.
 	ctx, cancel := context.WithTimeout(context.Background(), accessLogFlushTime)
 	if err := s.accessLogs.Close(ctx); err != nil {
 		serverlog.Component.Warningf("xds: writing the access logs' last lines: %v", err)

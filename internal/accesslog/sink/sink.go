@@ -75,6 +75,10 @@ type Outputs struct {
 	mu      sync.Mutex
 	outputs map[string]*output // by path; guarded by mu
 	closed  bool               // guarded by mu
+	loggers int                // Loggers not closed; guarded by mu
+	// noLoggers is closed when loggers drops to 0 after Close began;
+	// guarded by mu.
+	noLoggers chan struct{}
 
 	wg sync.WaitGroup // the writers
 }
@@ -118,6 +122,7 @@ func (o *Outputs) Logger(cfg *accesslog.Config) *Logger {
 		return nil
 	}
 	l := &Logger{outputs: o, entries: make([]entry, len(loggers))}
+	o.loggers++
 	for i, al := range loggers {
 		l.entries[i] = entry{l: al, out: o.acquireLocked(al.Path)}
 	}
@@ -151,6 +156,10 @@ func (o *Outputs) acquireLocked(path string) *output {
 func (o *Outputs) release(l *Logger) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.loggers--; o.loggers == 0 && o.noLoggers != nil {
+		close(o.noLoggers)
+		o.noLoggers = nil
+	}
 	for _, e := range l.entries {
 		out := e.out
 		if out.refs--; out.refs == 0 {
@@ -200,13 +209,33 @@ func (o *Outputs) Reopen(ctx context.Context) error {
 }
 
 // Close stops every output: each writes the records it holds, closes its
-// file and stops its goroutine. It returns when they all have, or when ctx
-// is done (with ctx's error; a writer stuck in a write to a blocked
-// output is then left to finish on its own). Loggers log nothing
-// afterwards.
+// file and stops its goroutine. It first waits for the Loggers still open
+// to be closed (a chain's Logger is closed once the RPCs its server cut
+// short have been logged), then for the writers. It returns when they all
+// have, or when ctx is done (with ctx's error; the outputs are then
+// stopped anyway, and a writer stuck in a write to a blocked output is
+// left to finish on its own). No Logger is made afterwards, and those
+// still open log nothing once it returns.
 func (o *Outputs) Close(ctx context.Context) error {
 	o.mu.Lock()
 	o.closed = true
+	var waitLoggers chan struct{}
+	if o.loggers > 0 {
+		if o.noLoggers == nil {
+			o.noLoggers = make(chan struct{})
+		}
+		waitLoggers = o.noLoggers
+	}
+	o.mu.Unlock()
+	var ctxErr error
+	if waitLoggers != nil {
+		select {
+		case <-waitLoggers:
+		case <-ctx.Done():
+			ctxErr = ctx.Err()
+		}
+	}
+	o.mu.Lock()
 	outs := make([]*output, 0, len(o.outputs))
 	for path, out := range o.outputs {
 		outs = append(outs, out)
@@ -215,6 +244,9 @@ func (o *Outputs) Close(ctx context.Context) error {
 	o.mu.Unlock()
 	for _, out := range outs {
 		out.shutdown()
+	}
+	if ctxErr != nil {
+		return ctxErr
 	}
 	done := make(chan struct{})
 	go func() {

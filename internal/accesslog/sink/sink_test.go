@@ -302,14 +302,71 @@ func TestCloseFlushes(t *testing.T) {
 	o := sink.New(sink.Options{})
 	l := o.Logger(fileLog(t, path))
 	logN(l, "a", 500)
+	l.Close()
 	closeOutputs(t, o)
 	l.Log(rec("/late")) // after Close: nothing, no panic
-	l.Close()
 	if got, want := readFile(t, path), lines("a", 500); got != want {
 		t.Errorf("file holds %d bytes, want %d", len(got), len(want))
 	}
 	if l := o.Logger(fileLog(t, path)); l != nil {
 		t.Errorf("Logger after Close = %v, want nil", l)
+	}
+}
+
+// Close waits for the Loggers still open: what they log until they are
+// closed (the RPCs a stopped server cut short, ending) is written.
+func TestCloseWaitsForLoggers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "access.log")
+	o := sink.New(sink.Options{})
+	l := o.Logger(fileLog(t, path))
+	logN(l, "a", 10)
+	closed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		closed <- o.Close(ctx)
+	}()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while a Logger is open", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	logN(l, "b", 10)
+	l.Close()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return after the last Logger was closed")
+	}
+	if got, want := readFile(t, path), lines("a", 10)+lines("b", 10); got != want {
+		t.Errorf("file holds %q, want %q", got, want)
+	}
+}
+
+// A Logger never closed holds Close only until its context ends; the
+// outputs stop all the same, and the Logger logs nothing after.
+func TestCloseBoundedByContext(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "access.log")
+	o := sink.New(sink.Options{})
+	l := o.Logger(fileLog(t, path))
+	defer l.Close()
+	logN(l, "a", 10)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := o.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close = %v, want %v", err, context.DeadlineExceeded)
+	}
+	l.Log(rec("/late"))
+	// The writer exits (goleak, in TestMain), having written what it held.
+	deadline := time.Now().Add(10 * time.Second)
+	for readFile(t, path) != lines("a", 10) {
+		if time.Now().After(deadline) {
+			t.Fatalf("file holds %q, want %q", readFile(t, path), lines("a", 10))
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -487,6 +544,7 @@ func TestCloseBounded(t *testing.T) {
 		t.Errorf("Close with a stuck writer = %v, want DeadlineExceeded", err)
 	}
 	close(w.release)
+	l.Close()
 	closeOutputs(t, o) // waits for the writer to exit
 	if got := w.String(); got != "/a\n" {
 		t.Errorf("written %q, want the line held", got)

@@ -186,6 +186,7 @@ func (g *Group) NewChainServer(fc *filterchain.FilterChain, routes *rpcpath.Sour
 	cfg = accesslog.Join(cfg, g.opts.AccessLog)
 	cs.log = g.opts.AccessLogs.Logger(cfg)
 	if al := rpclog.New(cs.log, cfg, fc.Name, sec.LocalCertificate); al != nil {
+		cs.rpcLog = al
 		cs.rpc.WithAccessLog(cfg.RequestHeaders()).OnRefused(al.Refused)
 		outer = al.ServerOptions()
 	}
@@ -210,7 +211,14 @@ func (g *Group) removeServer(cs *ChainServer) {
 	delete(g.servers, cs)
 	g.mu.Unlock()
 	cs.sec.Release()
-	cs.log.Close()
+	if cs.rpcLog != nil {
+		// A connection's server is stopped without waiting for its
+		// handlers: the RPCs it cut short are logged (drain_timeout,
+		// server_stopped) when they return, and the log is closed after.
+		cs.rpcLog.Close(cs.log.Close)
+	} else {
+		cs.log.Close()
+	}
 	cs.onGone()
 }
 
@@ -307,7 +315,8 @@ type ChainServer struct {
 	onGone   func()              // called once by removeServer
 	rpc      *rpcpath.Chain      // what the chain's HTTP filters need of its servers
 	grpcOpts []grpc.ServerOption // the user's options, with the chain's interceptors and tap handle (rpc.ServerOptions)
-	log      *sink.Logger        // the chain's access log; nil for none; closed when the chain server is gone
+	log      *sink.Logger        // the chain's access log; nil for none; closed when the chain server is gone and its RPCs have been logged
+	rpcLog   *rpclog.Chain       // what logs the chain's RPCs; nil for none
 
 	mu sync.Mutex
 	// retired is set when the chain left service: no connection is added,

@@ -23,6 +23,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -41,13 +42,40 @@ import (
 	"github.com/proxyless-grpc/xds/internal/server/rpcpath"
 )
 
-// Chain logs the RPCs of one filter chain. Immutable; safe for concurrent
-// use.
+// Chain logs the RPCs of one filter chain. Safe for concurrent use.
 type Chain struct {
 	log       *sink.Logger
 	reads     []string                 // the request headers the log reads (accesslog.Config.RequestHeaders)
 	name      string                   // the filter chain's name
 	localCert func() *x509.Certificate // the chain's current identity certificate; nil without TLS
+
+	// The RPCs being logged, for Close: a connection's gRPC server is
+	// stopped without waiting for its handlers, and an RPC it cut short is
+	// logged when its handler returns.
+	inflight    atomic.Int64
+	closing     atomic.Bool
+	release     func() // set by Close before closing
+	releaseOnce sync.Once
+}
+
+// begin counts an RPC being logged; done ends it.
+func (c *Chain) begin() { c.inflight.Add(1) }
+
+func (c *Chain) done() {
+	if c.inflight.Add(-1) == 0 && c.closing.Load() {
+		c.releaseOnce.Do(c.release)
+	}
+}
+
+// Close calls release (the Logger's Close) once no RPC is being logged: at
+// once, or when the last one has been. The chain's connections are gone
+// by then, so no RPC starts after it.
+func (c *Chain) Close(release func()) {
+	c.release = release
+	c.closing.Store(true)
+	if c.inflight.Load() == 0 {
+		c.releaseOnce.Do(c.release)
+	}
 }
 
 // New returns the Chain that logs the RPCs of the filter chain named name
@@ -75,6 +103,8 @@ func (c *Chain) ServerOptions() []grpc.ServerOption {
 // refuses after it, for a method no service has): its headers are the
 // tap's, its status err's, and no message went either way.
 func (c *Chain) Refused(ctx context.Context, info *tap.Info, err error) {
+	c.begin()
+	defer c.done()
 	r := c.newRecord(ctx, time.Now())
 	r.FullMethod = info.FullMethodName
 	r.Authority = first(info.Header[":authority"])
@@ -87,6 +117,8 @@ func (c *Chain) Refused(ctx context.Context, info *tap.Info, err error) {
 
 // unary logs a unary RPC.
 func (c *Chain) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	c.begin()
+	defer c.done()
 	r := c.newRecord(ctx, time.Now())
 	r.FullMethod = info.FullMethod
 	r.BytesReceived = wireSize(req)
@@ -106,6 +138,8 @@ func (c *Chain) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, 
 
 // stream logs a streaming RPC.
 func (c *Chain) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, next grpc.StreamHandler) error {
+	c.begin()
+	defer c.done()
 	ctx := ss.Context()
 	r := c.newRecord(ctx, time.Now())
 	r.FullMethod = info.FullMethod
