@@ -163,3 +163,28 @@ func TestAccessLogFile(t *testing.T) {
 		}
 	}
 }
+
+// TestAccessLog_NotRecordedOperator: an operator Envoy would give a value
+// that this server does not record is no reason to NACK the Listener: it
+// serves, the operator prints "-", and a warning names it, with why.
+func TestAccessLog_NotRecordedOperator(t *testing.T) {
+	ctx := testContext(t)
+	env := newTestEnv(t)
+	path := filepath.Join(t.TempDir(), "access.log")
+	var name string
+	s, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
+		l := loggingListener(t, simpleListener(a), fileLog(t, path, "%REQ(:PATH)% %DYNAMIC_METADATA(envoy.filters.http.rbac:shadow_effective_policy_id)% %REQUEST_DURATION% %GRPC_STATUS%\n"))
+		name = l.GetName()
+		return l
+	}, nil)
+	c := newClient(t, addr, "127.0.0.1", 0)
+	if code := c.emptyCall(ctx); code != 0 {
+		t.Fatalf("EmptyCall: %v", code)
+	}
+	if got, want := logLines(ctx, t, path, 1)[0], "/grpc.testing.TestService/EmptyCall - - OK"; got != want {
+		t.Errorf("line %q, want %q", got, want)
+	}
+	logs.WaitCount(ctx, t, 1, "W", name, `operators this server does not record print "-"`,
+		"%DYNAMIC_METADATA% (the server's filters set no dynamic metadata)", "%REQUEST_DURATION%")
+	s.GracefulStop()
+}

@@ -61,8 +61,6 @@ func accessLogBadCases() []badCase {
 			want: []string{accessLogField, "CAMEL_STRING, SNAKE_STRING or NUMBER"}},
 		{name: "access log bad time format", mutate: withAccessLog(logText("%START_TIME(%Q)%"), nil),
 			want: []string{accessLogField, "unsupported time conversion"}},
-		{name: "access log operator not supported", mutate: withAccessLog(logText("%DYNAMIC_METADATA(ns:key)%"), nil),
-			want: []string{accessLogField, "%DYNAMIC_METADATA% is not supported by this server"}},
 		{name: "access log unsupported logger", mutate: withAccessLog(func(*testing.T) proto.Message { return &grpclogpb.HttpGrpcAccessLogConfig{} }, nil),
 			want: []string{"access_log[1].typed_config", "HttpGrpcAccessLogConfig", "StdoutAccessLog"}},
 		{name: "access log without typed_config", mutate: withHCM(func(_ *testing.T, h *hcmpb.HttpConnectionManager) {

@@ -154,8 +154,6 @@ func TestCompileErrors(t *testing.T) {
 		{"path mode", text("%PATH(XQ)%"), textPath, "invalid path mode"},
 		{"path source", text("%PATH(NQ:HOST)%"), textPath, "invalid path source"},
 		{"server name mode", text("%REQUESTED_SERVER_NAME(ALL)%"), textPath, "invalid mode"},
-		{"refused operator", text("%DYNAMIC_METADATA(envoy.filters.http.rbac)%"), textPath, "%DYNAMIC_METADATA% is not supported by this server: the server's filters set no dynamic metadata"},
-		{"refused duration", text("%REQUEST_DURATION%"), textPath, "%REQUEST_DURATION% is not supported by this server"},
 
 		{"filter without specifier", withFilter(&accesslogpb.AccessLogFilter{}), "[0].filter.filter_specifier", "missing"},
 		{"status without comparison", withFilter(status(nil)), "[0].filter.status_code_filter.comparison", "missing"},

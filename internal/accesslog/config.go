@@ -71,9 +71,22 @@ const IstioFormat = `[%START_TIME%] "%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:
 // loggers, in order. A nil *Config logs nothing. Immutable and safe for
 // concurrent use.
 type Config struct {
-	loggers []*Logger
-	key     string
-	reads   []string // the request headers the loggers read, sorted
+	loggers     []*Logger
+	key         string
+	reads       []string // the request headers the loggers read, sorted
+	notRecorded []string // see NotRecorded
+}
+
+// NotRecorded returns the operators the config's formats use that Envoy
+// knows and would give a value, but that this server does not record, each
+// with the reason, sorted: they print "-" (null in a typed JSON format),
+// and the server warns of them when it applies the Listener. Shared: do
+// not modify.
+func (c *Config) NotRecorded() []string {
+	if c == nil {
+		return nil
+	}
+	return c.notRecorded
 }
 
 // RequestHeaders returns the names of the request headers the config's
@@ -174,6 +187,9 @@ func (l *Logger) AppendLine(b []byte, r *Record) []byte { return l.format.append
 type compiler struct {
 	lookupEnv func(string) (string, bool)
 	hostname  func() (string, error)
+	// notRecorded collects, during one compile, the operators this
+	// server does not record (Config.NotRecorded); nil in processCompiler.
+	notRecorded map[string]string
 }
 
 var processCompiler = &compiler{lookupEnv: os.LookupEnv, hostname: os.Hostname}
@@ -209,6 +225,7 @@ func (c *compiler) compile(logs []*accesslogpb.AccessLog) (*Config, error) {
 	if len(logs) == 0 {
 		return nil, nil
 	}
+	c = &compiler{lookupEnv: c.lookupEnv, hostname: c.hostname, notRecorded: map[string]string{}}
 	out := &Config{key: Key(logs)}
 	for i, al := range logs {
 		l, err := c.compileLogger(al)
@@ -218,6 +235,10 @@ func (c *compiler) compile(logs []*accesslogpb.AccessLog) (*Config, error) {
 		out.loggers = append(out.loggers, l)
 	}
 	out.setReads()
+	for name, why := range c.notRecorded {
+		out.notRecorded = append(out.notRecorded, name+" ("+why+")")
+	}
+	slices.Sort(out.notRecorded)
 	return out, nil
 }
 

@@ -16,9 +16,9 @@
 // text and JSON formats with omit_empty_values; every filter with a
 // meaning on a gRPC server. Envoy's operators are supported, print what
 // Envoy prints when they have no value here ("-", or 0 for a count: the
-// upstream ones, for a server that is the end of the stream), or are
-// refused when they would have a value that the server does not record;
-// docs/observability.md lists them.
+// upstream ones, for a server that is the end of the stream), or print
+// "-" with a warning (Config.NotRecorded) when they would have a value
+// that the server does not record; docs/observability.md lists them.
 //
 // The package is pure: no gRPC, no goroutines, no I/O (%HOSTNAME% and
 // %ENVIRONMENT(X)% read the process's host name and environment when a

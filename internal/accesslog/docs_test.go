@@ -28,7 +28,7 @@ func TestDocumentedOperators(t *testing.T) {
 	markers := []struct{ kind, marker string }{
 		{"supported", "Supported, with Envoy's output:"},
 		{"absent", "Without a value on a gRPC server"},
-		{"refused", "NACKed, because"},
+		{"notrecorded", "Not recorded by this server"},
 	}
 	op := regexp.MustCompile("`%([A-Z0-9_]+)%`")
 	documented := map[string]string{}

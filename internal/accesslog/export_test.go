@@ -4,14 +4,14 @@ import accesslogpb "github.com/envoyproxy/go-control-plane/envoy/config/accesslo
 
 // CommandKinds returns every command operator Envoy knows, each with what
 // the server does with it: "supported", "absent" (no value here; prints
-// what Envoy prints then) or "refused" (NACKed).
+// what Envoy prints then) or "notrecorded" (prints "-", with a warning).
 func CommandKinds() map[string]string {
 	absent := absentCommands()
 	kinds := make(map[string]string, len(commands))
 	for name, cmd := range commands {
 		switch _, isAbsent := absent[name]; {
 		case cmd.build == nil:
-			kinds[name] = "refused"
+			kinds[name] = "notrecorded"
 		case isAbsent:
 			kinds[name] = "absent"
 		default:

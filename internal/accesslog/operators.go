@@ -13,9 +13,9 @@ import (
 // http_specific_formatter.cc, and docs/root/configuration/advanced/
 // substitution_formatter.rst): the ones this server supports, the ones
 // that have no value on a gRPC server and print what Envoy prints then
-// ("-", or 0 for a count), and the ones refused because they would have a
-// value that this server does not record. Anything else is unknown, as it
-// is to Envoy.
+// ("-", or 0 for a count), and the ones that would have a value this
+// server does not record (refusedCommands: "-", with a warning). Anything
+// else is unknown, as it is to Envoy, and refused.
 var commands = map[string]command{
 	// Times and durations.
 	"START_TIME":       {syntax: paramsOptional, build: buildTime(startTime, false)},
@@ -125,8 +125,9 @@ func absentCommands() map[string]command {
 }
 
 // refusedCommands are the operators Envoy knows that would have a value
-// here which this server does not record: a config using one is refused
-// (NACKed), rather than logging "-" where Envoy would log a value.
+// here which this server does not record. A config using one is accepted
+// (a log field is no reason to refuse a Listener): the operator prints
+// "-", and the server warns that it does (Config.NotRecorded).
 var refusedCommands = map[string]command{
 	"REQUEST_DURATION":                              {refused: "the time the request's last byte arrived is not recorded"},
 	"COMMON_DURATION":                               {refused: "the stream's timing points are not recorded"},

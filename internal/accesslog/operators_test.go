@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -377,8 +378,8 @@ func TestRBACDenied(t *testing.T) {
 	}
 }
 
-// Every operator Envoy knows is classified, and every one the server
-// supports or prints absent compiles with its syntax.
+// Every operator Envoy knows is classified and compiles with its syntax;
+// the config names those not recorded here.
 func TestEveryCommandCompiles(t *testing.T) {
 	params := map[string]string{
 		"REQ": "x", "REQUEST_HEADER": "x", "STREAM_INFO_REQ": "x", "RESP": "x", "RESPONSE_HEADER": "x",
@@ -391,13 +392,13 @@ func TestEveryCommandCompiles(t *testing.T) {
 		if p, ok := params[name]; ok {
 			format = "%" + name + "(" + p + ")%"
 		}
-		_, err := accesslog.Compile([]*accesslogpb.AccessLog{logOf(t, stdout(textFormat(format)), nil)})
+		cfg, err := accesslog.Compile([]*accesslogpb.AccessLog{logOf(t, stdout(textFormat(format)), nil)})
 		switch {
-		case kind == "refused" && (err == nil || !strings.Contains(err.Error(), "not supported by this server")):
-			t.Errorf("%s: %v, want refused", format, err)
-		case kind != "refused" && err != nil:
+		case err != nil:
 			t.Errorf("%s: %v", format, err)
-		case kind != "refused":
+		case (kind == "notrecorded") != (len(cfg.NotRecorded()) == 1):
+			t.Errorf("%s (%s): NotRecorded() = %q", format, kind, cfg.NotRecorded())
+		default:
 			compileOne(t, textFormat(format), nil).AppendLine(nil, r)
 		}
 	}
@@ -416,5 +417,48 @@ func TestNewStreamID(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { _ = accesslog.NewStreamID() }); n != 0 {
 		t.Errorf("NewStreamID allocates %v times, want 0", n)
+	}
+}
+
+// Operators Envoy would give a value that this server does not record
+// print "-" (null in typed JSON), and the config names them, with why, for
+// the server's warning: a log field is no reason to NACK a Listener.
+func TestNotRecordedOperators(t *testing.T) {
+	r := fullRecord(t)
+	var cases []opCase
+	for name, kind := range accesslog.CommandKinds() {
+		if kind != "notrecorded" {
+			continue
+		}
+		cases = append(cases, opCase{"%" + name + "%", "-", "null"})
+	}
+	if len(cases) == 0 {
+		t.Fatal("no operator is classified as not recorded")
+	}
+	checkOps(t, r, cases)
+
+	cfg, err := accesslog.Compile([]*accesslogpb.AccessLog{
+		logOf(t, stdout(textFormat("%DYNAMIC_METADATA(envoy.filters.http.rbac:shadow_effective_policy_id)% %REQ(:PATH)% %REQUEST_DURATION%\n")), nil),
+		logOf(t, stdout(jsonFormat(t, map[string]any{"d": "%REQUEST_DURATION%"})), nil),
+	})
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	want := []string{
+		"%DYNAMIC_METADATA% (the server's filters set no dynamic metadata)",
+		"%REQUEST_DURATION% (the time the request's last byte arrived is not recorded)",
+	}
+	if got := cfg.NotRecorded(); !slices.Equal(got, want) {
+		t.Errorf("NotRecorded() = %q, want %q", got, want)
+	}
+	if got, want := string(cfg.Loggers()[0].AppendLine(nil, r)), "- /helloworld.Greeter/SayHello -\n"; got != want {
+		t.Errorf("line = %q, want %q", got, want)
+	}
+	plain, err := accesslog.Compile([]*accesslogpb.AccessLog{logOf(t, stdout(textFormat("%REQ(:PATH)%")), nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := plain.NotRecorded(); got != nil {
+		t.Errorf("NotRecorded() of a config using none = %q, want nil", got)
 	}
 }

@@ -39,9 +39,10 @@ const (
 type command struct {
 	syntax syntax
 	// build compiles the operator from its parameters and its maximum
-	// length (-1 when none); nil for a refused operator.
+	// length (-1 when none); nil for an operator not recorded here.
 	build func(c *compiler, params string, maxLen int) (operator, error)
-	// refused says why a command Envoy knows is not supported here.
+	// refused says why this server does not record a command Envoy
+	// knows: it prints "-", and the config reports it (NotRecorded).
 	refused string
 }
 
@@ -176,7 +177,13 @@ func (c *compiler) compileOperator(tok token) (operator, error) {
 	}
 	name := "%" + tok.name + "%"
 	if cmd.build == nil {
-		return nil, fmt.Errorf("%s is not supported by this server: %s", name, cmd.refused)
+		// Envoy would log a value this server does not record: "-", as
+		// for an absent value, with a warning (Config.NotRecorded) rather
+		// than a NACK of the whole Listener for a log field.
+		if c.notRecorded != nil {
+			c.notRecorded[name] = cmd.refused
+		}
+		return fnOp{}, nil
 	}
 	switch {
 	case cmd.syntax == 0 && (tok.params != "" || tok.maxLen >= 0):

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +27,7 @@ import (
 
 	"google.golang.org/grpc/connectivity"
 
+	"github.com/proxyless-grpc/xds/internal/accesslog"
 	"github.com/proxyless-grpc/xds/internal/bootstrap"
 	"github.com/proxyless-grpc/xds/internal/filterchain"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
@@ -354,7 +356,37 @@ func (l *Listener) apply(r *xdsresource.Listener) {
 		l.log.Infof("Listener %q: %d field(s) accepted and ignored: %s", l.p.Name, len(ignored), strings.Join(ignored, "; "))
 	}
 	l.warnTLSNotApplied(r)
+	l.warnAccessLogNotRecorded(r)
 	l.setMode(connectivity.ServingModeServing, nil)
+}
+
+// warnAccessLogNotRecorded warns, once per applied Listener, of the
+// access log operators its chains use that Envoy would give a value but
+// this server does not record: they print "-". A log field is no reason
+// to NACK a Listener, but whoever reads the log must know why it is empty.
+func (l *Listener) warnAccessLogNotRecorded(r *xdsresource.Listener) {
+	var notes []string
+	seen := map[*accesslog.Config]bool{}
+	for _, fc := range r.Table.Chains() {
+		if fc.HCM == nil {
+			continue
+		}
+		cfg := fc.HCM.AccessLog
+		if cfg == nil || seen[cfg] {
+			continue
+		}
+		seen[cfg] = true
+		for _, n := range cfg.NotRecorded() {
+			if !slices.Contains(notes, n) {
+				notes = append(notes, n)
+			}
+		}
+	}
+	if len(notes) == 0 {
+		return
+	}
+	slices.Sort(notes)
+	l.log.Warningf("Listener %q: access_log operators this server does not record print \"-\": %s", l.p.Name, strings.Join(notes, "; "))
 }
 
 // warnTLSNotApplied warns, once per applied Listener, when some of its
