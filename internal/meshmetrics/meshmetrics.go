@@ -376,10 +376,11 @@ func codeOf(err error) codes.Code {
 	return status.FromContextError(err).Code()
 }
 
-// wireSize is the size of message m in a gRPC request or response body: its
-// encoding and the 5-byte prefix of its frame. Messages that are not
-// protocol buffers (another codec) count their prefix only.
-func wireSize(m any) int64 {
+// WireSize is the size of message m in a gRPC request or response body:
+// its encoding and the 5-byte prefix of its frame. Messages that are not
+// protocol buffers (another codec) count their prefix only. The access log
+// counts its bytes with it too, so that both say the same.
+func WireSize(m any) int64 {
 	if pm, ok := m.(proto.Message); ok {
 		return int64(proto.Size(pm)) + 5
 	}
@@ -412,9 +413,9 @@ func (h *handler) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, n
 	resp, err := next(ctx, req)
 	var out, outBytes int64
 	if err == nil {
-		out, outBytes = 1, wireSize(resp)
+		out, outBytes = 1, WireSize(resp)
 	}
-	h.record(h.lookup(k).opts(h.r, uint32(codeOf(err))), 1, out, wireSize(req), outBytes, msSince(start))
+	h.record(h.lookup(k).opts(h.r, uint32(codeOf(err))), 1, out, WireSize(req), outBytes, msSince(start))
 	return resp, err
 }
 
@@ -446,7 +447,7 @@ func (s *countingStream) RecvMsg(m any) error {
 	err := s.ServerStream.RecvMsg(m)
 	if err == nil {
 		s.in.Add(1)
-		s.inBytes.Add(wireSize(m))
+		s.inBytes.Add(WireSize(m))
 	}
 	return err
 }
@@ -455,7 +456,7 @@ func (s *countingStream) SendMsg(m any) error {
 	err := s.ServerStream.SendMsg(m)
 	if err == nil {
 		s.out.Add(1)
-		s.outBytes.Add(wireSize(m))
+		s.outBytes.Add(WireSize(m))
 	}
 	return err
 }

@@ -33,10 +33,10 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/proxyless-grpc/xds/internal/accesslog"
 	"github.com/proxyless-grpc/xds/internal/accesslog/sink"
+	"github.com/proxyless-grpc/xds/internal/meshmetrics"
 	"github.com/proxyless-grpc/xds/internal/netaddr"
 	"github.com/proxyless-grpc/xds/internal/responseinfo"
 	"github.com/proxyless-grpc/xds/internal/server/rpcpath"
@@ -105,10 +105,10 @@ func (c *Chain) ServerOptions() []grpc.ServerOption {
 func (c *Chain) Refused(ctx context.Context, info *tap.Info, err error) {
 	c.begin()
 	defer c.done()
-	r := c.newRecord(ctx, time.Now())
+	r, ri := c.newRecord(ctx, time.Now())
 	r.FullMethod = info.FullMethodName
 	r.Authority = first(info.Header[":authority"])
-	if ri := rpcpath.InfoOf(ctx); ri != nil {
+	if ri != nil {
 		r.RequestHeaders = ri.Headers
 	}
 	r.TrailersOnly = true
@@ -119,20 +119,17 @@ func (c *Chain) Refused(ctx context.Context, info *tap.Info, err error) {
 func (c *Chain) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
 	c.begin()
 	defer c.done()
-	r := c.newRecord(ctx, time.Now())
+	r, ri := c.newRecord(ctx, time.Now())
 	r.FullMethod = info.FullMethod
 	r.BytesReceived = wireSize(req)
-	ts := &transportStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx), req: ctx, first: ctx, c: c}
+	ts := c.newTransportStream(ctx, ri)
 	resp, err := next(grpc.NewContextWithServerTransportStream(ctx, ts), req)
 	if err == nil {
-		// gRPC sends the response with its headers.
+		// gRPC sends the response, with its headers.
 		r.BytesSent = wireSize(resp)
-		ts.mu.Lock()
-		ts.sent = true
-		ts.mu.Unlock()
 	}
-	ts.finish(r)
-	c.end(r, err, ts)
+	rs := ts.finish(r, err == nil)
+	c.end(r, err, &rs)
 	return resp, err
 }
 
@@ -141,22 +138,24 @@ func (c *Chain) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInf
 	c.begin()
 	defer c.done()
 	ctx := ss.Context()
-	r := c.newRecord(ctx, time.Now())
+	r, ri := c.newRecord(ctx, time.Now())
 	r.FullMethod = info.FullMethod
-	ts := &transportStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx), req: ctx, first: ctx, c: c}
+	ts := c.newTransportStream(ctx, ri)
 	ws := &serverStream{ServerStream: ss, ts: ts, ctx: grpc.NewContextWithServerTransportStream(ctx, ts)}
 	err := next(srv, ws)
 	r.BytesReceived, r.BytesSent = ws.in, ws.out
-	ts.finish(r)
-	c.end(r, err, ts)
+	rs := ts.finish(r, false)
+	c.end(r, err, &rs)
 	return err
 }
 
 // newRecord starts the record of the RPC of ctx: its start (the tap's, when
-// the RPC went through it; else now), connection and route.
-func (c *Chain) newRecord(ctx context.Context, now time.Time) *accesslog.Record {
+// the RPC went through it; else now), connection and route. It returns the
+// tap's RPCInfo too (nil when the RPC did not go through it).
+func (c *Chain) newRecord(ctx context.Context, now time.Time) (*accesslog.Record, *rpcpath.RPCInfo) {
 	r := &accesslog.Record{StartTime: now, FilterChainName: c.name}
-	if ri := rpcpath.InfoOf(ctx); ri != nil {
+	ri := rpcpath.InfoOf(ctx)
+	if ri != nil {
 		r.StartTime, r.RouteName = ri.Start, ri.Route
 		if ri.Conn != nil {
 			r.ConnectionID = ri.Conn.ID
@@ -182,12 +181,12 @@ func (c *Chain) newRecord(ctx context.Context, now time.Time) *accesslog.Record 
 			}
 		}
 	}
-	return r
+	return r, ri
 }
 
-// end completes r with the RPC's end, err (nil: OK), and logs it. ts is
-// the RPC's transport stream (nil for an RPC refused in the tap).
-func (c *Chain) end(r *accesslog.Record, err error, ts *transportStream) {
+// end completes r with the RPC's end, err (nil: OK), and logs it. rs is
+// what its transport stream saw (nil for an RPC refused in the tap).
+func (c *Chain) end(r *accesslog.Record, err error, rs *streamEnd) {
 	r.Duration = time.Since(r.StartTime)
 	code := codes.OK
 	if err != nil {
@@ -196,20 +195,20 @@ func (c *Chain) end(r *accesslog.Record, err error, ts *transportStream) {
 	}
 	r.GRPCStatus, r.HasGRPCStatus = uint32(code), true
 	r.ResponseCode = 200
-	if ts != nil {
-		r.ResponseFlags = ts.flags
+	if rs != nil {
+		r.ResponseFlags = rs.flags
 	}
 	flags, details, refused := responseinfo.Of(err)
 	r.ResponseFlags |= flags
 	switch {
 	case refused:
 		r.ResponseCodeDetails = details
-	case ts != nil && ts.ended() != "":
+	case rs != nil && rs.ended != "":
 		// The server cut the RPC short: its drain ran out of time, or it
 		// was stopped.
 		r.ResponseFlags |= accesslog.FlagDownstreamConnectionTermination
-		r.ResponseCodeDetails = ts.ended()
-	case ts != nil && errors.Is(ts.reqContext().Err(), context.Canceled) && code == codes.Canceled:
+		r.ResponseCodeDetails = rs.ended
+	case rs != nil && errors.Is(rs.reqErr, context.Canceled) && code == codes.Canceled:
 		// The client reset the stream: no status went back.
 		r.ResponseFlags |= accesslog.FlagDownstreamRemoteReset
 		r.ResponseCodeDetails = accesslog.DetailsRemoteReset
@@ -241,25 +240,46 @@ func statusOf(err error) *status.Status {
 type transportStream struct {
 	grpc.ServerTransportStream
 	c     *Chain
-	first context.Context // the RPC's context as the interceptor got it; immutable
+	first context.Context  // the RPC's context as the interceptor got it; immutable
+	ri    *rpcpath.RPCInfo // the tap's, in first; nil without it; immutable
 
-	mu      sync.Mutex
-	req     context.Context // the request headers as the filters left them; guarded by mu
-	header  metadata.MD     // set or sent; guarded by mu
-	trailer metadata.MD     // guarded by mu
-	sentHdr bool            // headers went out; guarded by mu
-	sent    bool            // a message went out; guarded by mu
-	flags   accesslog.Flags // guarded by mu
+	mu       sync.Mutex
+	req      context.Context // the request headers as the filters left them; guarded by mu
+	headers  metadata.MD     // set or sent; guarded by mu
+	trailers metadata.MD     // guarded by mu
+	sentHdr  bool            // headers went out; guarded by mu
+	sent     bool            // a message went out; guarded by mu
+	flags    accesslog.Flags // guarded by mu
 }
 
 var _ responseinfo.Recorder = (*transportStream)(nil)
 
+// newTransportStream wraps the grpc.ServerTransportStream of ctx, the
+// RPC's context as the interceptor got it, whose tap RPCInfo is ri.
+func (c *Chain) newTransportStream(ctx context.Context, ri *rpcpath.RPCInfo) *transportStream {
+	return &transportStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx), c: c, first: ctx, ri: ri, req: ctx}
+}
+
+// header records response headers set (sent: and sent) by the handler or
+// a filter; trailer, trailers set. The wrappers record only what gRPC
+// accepted.
+func (t *transportStream) header(md metadata.MD, sent bool) {
+	t.mu.Lock()
+	t.headers = metadata.Join(t.headers, md)
+	t.sentHdr = t.sentHdr || sent
+	t.mu.Unlock()
+}
+
+func (t *transportStream) trailer(md metadata.MD) {
+	t.mu.Lock()
+	t.trailers = metadata.Join(t.trailers, md)
+	t.mu.Unlock()
+}
+
 func (t *transportStream) SetHeader(md metadata.MD) error {
 	err := t.ServerTransportStream.SetHeader(md)
 	if err == nil {
-		t.mu.Lock()
-		t.header = metadata.Join(t.header, md)
-		t.mu.Unlock()
+		t.header(md, false)
 	}
 	return err
 }
@@ -267,10 +287,7 @@ func (t *transportStream) SetHeader(md metadata.MD) error {
 func (t *transportStream) SendHeader(md metadata.MD) error {
 	err := t.ServerTransportStream.SendHeader(md)
 	if err == nil {
-		t.mu.Lock()
-		t.header = metadata.Join(t.header, md)
-		t.sentHdr = true
-		t.mu.Unlock()
+		t.header(md, true)
 	}
 	return err
 }
@@ -278,9 +295,7 @@ func (t *transportStream) SendHeader(md metadata.MD) error {
 func (t *transportStream) SetTrailer(md metadata.MD) error {
 	err := t.ServerTransportStream.SetTrailer(md)
 	if err == nil {
-		t.mu.Lock()
-		t.trailer = metadata.Join(t.trailer, md)
-		t.mu.Unlock()
+		t.trailer(md)
 	}
 	return err
 }
@@ -314,41 +329,37 @@ func (c *Chain) headers(get func(string) []string) map[string][]string {
 	return md
 }
 
-// reqContext returns the RPC's context as the filters left it.
-func (t *transportStream) reqContext() context.Context {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.req
-}
-
-// ended returns why the server cut the RPC's connection short; "" if it
-// did not.
-func (t *transportStream) ended() string {
-	if ri := rpcpath.InfoOf(t.reqContext()); ri != nil {
-		return ri.Conn.Ended()
-	}
-	return ""
+// streamEnd is what an RPC's transport stream saw, for end.
+type streamEnd struct {
+	flags  accesslog.Flags // added while the RPC went on
+	ended  string          // why the server cut the connection short; "" if it did not
+	reqErr error           // the error of the RPC's context as the filters left it
 }
 
 // finish puts in r what the RPC's handler and filters set and sent: the
 // request headers as the filters left them, the response headers and
 // trailers, and whether the status went alone (gRPC sends it Trailers-Only
-// when no header was set and nothing went before it).
-func (t *transportStream) finish(r *accesslog.Record) {
+// when no header was set and nothing went before it). respSent says a
+// unary response went out. It returns what end needs of the stream.
+func (t *transportStream) finish(r *accesslog.Record, respSent bool) streamEnd {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	ri := rpcpath.InfoOf(t.first)
-	if t.req == t.first && ri != nil {
+	if t.req == t.first && t.ri != nil {
 		// The headers as they arrived, picked by the tap: no filter
 		// changed them after it.
-		r.RequestHeaders, r.Authority = ri.Headers, ri.Authority
+		r.RequestHeaders, r.Authority = t.ri.Headers, t.ri.Authority
 	} else {
 		md, _ := metadata.FromIncomingContext(t.req) // a copy the record owns
 		r.RequestHeaders = t.c.headers(func(k string) []string { return md[k] })
 		r.Authority = first(md[":authority"])
 	}
-	r.ResponseHeaders, r.Trailers = t.header, t.trailer
-	r.TrailersOnly = !t.sentHdr && !t.sent && len(t.header) == 0
+	r.ResponseHeaders, r.Trailers = t.headers, t.trailers
+	r.TrailersOnly = !t.sentHdr && !t.sent && !respSent && len(t.headers) == 0
+	var ended string
+	if t.ri != nil {
+		ended = t.ri.Conn.Ended()
+	}
+	return streamEnd{flags: t.flags, ended: ended, reqErr: t.req.Err()}
 }
 
 // serverStream is a streaming RPC's grpc.ServerStream as the handler sees
@@ -366,9 +377,7 @@ func (s *serverStream) Context() context.Context { return s.ctx }
 func (s *serverStream) SetHeader(md metadata.MD) error {
 	err := s.ServerStream.SetHeader(md)
 	if err == nil {
-		s.ts.mu.Lock()
-		s.ts.header = metadata.Join(s.ts.header, md)
-		s.ts.mu.Unlock()
+		s.ts.header(md, false)
 	}
 	return err
 }
@@ -376,19 +385,14 @@ func (s *serverStream) SetHeader(md metadata.MD) error {
 func (s *serverStream) SendHeader(md metadata.MD) error {
 	err := s.ServerStream.SendHeader(md)
 	if err == nil {
-		s.ts.mu.Lock()
-		s.ts.header = metadata.Join(s.ts.header, md)
-		s.ts.sentHdr = true
-		s.ts.mu.Unlock()
+		s.ts.header(md, true)
 	}
 	return err
 }
 
 func (s *serverStream) SetTrailer(md metadata.MD) {
 	s.ServerStream.SetTrailer(md)
-	s.ts.mu.Lock()
-	s.ts.trailer = metadata.Join(s.ts.trailer, md)
-	s.ts.mu.Unlock()
+	s.ts.trailer(md)
 }
 
 func (s *serverStream) SendMsg(m any) error {
@@ -410,14 +414,9 @@ func (s *serverStream) RecvMsg(m any) error {
 	return err
 }
 
-// wireSize is the size of message m on the wire: its encoding and its
-// frame's 5-byte prefix (only the prefix for a message of another codec).
-func wireSize(m any) uint64 {
-	if pm, ok := m.(proto.Message); ok {
-		return uint64(proto.Size(pm)) + 5
-	}
-	return 5
-}
+// wireSize is the size of message m on the wire, as the mesh metrics count
+// it.
+func wireSize(m any) uint64 { return uint64(meshmetrics.WireSize(m)) }
 
 func first(v []string) string {
 	if len(v) == 0 {
