@@ -428,68 +428,48 @@ func (c *compiler) compileText(s string, omitEmpty bool) (*textFormat, error) {
 }
 
 // defaultFormat returns Envoy's default format, compiled once.
-func (c *compiler) defaultFormat() format {
-	defaultOnce.Do(func() {
-		tf, err := c.compileText(DefaultFormat, false)
-		if err != nil {
-			panic(fmt.Sprintf("accesslog: the default format does not compile: %v", err))
-		}
-		defaultText = tf
-	})
-	return defaultText
-}
+func (c *compiler) defaultFormat() format { return defaultText() }
 
-var (
-	defaultOnce sync.Once
-	defaultText *textFormat
-)
+var defaultText = sync.OnceValue(func() *textFormat {
+	tf, err := processCompiler.compileText(DefaultFormat, false)
+	if err != nil {
+		panic(fmt.Sprintf("accesslog: the default format does not compile: %v", err))
+	}
+	return tf
+})
 
 // IstioFile returns the access log Istio configures on a sidecar when
 // meshConfig's accessLogFile is path and it has no accessLogFormat: a
-// FileAccessLog on path with IstioFormat. An error says why path cannot be
-// a log's.
+// FileAccessLog on path with IstioFormat (istio/istio
+// pilot/pkg/model/telemetry_logging.go, FileAccessLogFromMeshConfig). An
+// error says why path cannot be a log's.
 func IstioFile(path string) (*Config, error) {
-	al := istioAccessLog()
-	fl := &filepb.FileAccessLog{}
-	if err := al.GetTypedConfig().UnmarshalTo(fl); err != nil {
-		return nil, err
-	}
-	fl.Path = path
-	a, err := anypb.New(fl)
+	al, err := istioAccessLog(path)
 	if err != nil {
-		return nil, err
+		return nil, err // a path that is not UTF-8
 	}
-	al.ConfigType = &accesslogpb.AccessLog_TypedConfig{TypedConfig: a}
 	return Compile([]*accesslogpb.AccessLog{al})
 }
 
-// IstioDefault returns the access log Istio configures on a sidecar when
-// meshConfig has accessLogFile: /dev/stdout and no accessLogFormat: a
-// FileAccessLog on /dev/stdout with IstioFormat (istio/istio
-// pilot/pkg/model/telemetry_logging.go, FileAccessLogFromMeshConfig).
-// Istio sends no access log to proxyless nodes; a server that wants the
-// sidecar's log uses this. The value is shared: do not modify it.
-func IstioDefault() *Config {
-	istioOnce.Do(func() {
-		cfg, err := Compile([]*accesslogpb.AccessLog{istioAccessLog()})
-		if err != nil {
-			panic(fmt.Sprintf("accesslog: Istio's default access log does not compile: %v", err))
-		}
-		istioConfig = cfg
-	})
-	return istioConfig
-}
+// IstioDefault is IstioFile("/dev/stdout"), compiled once: Istio's
+// meshConfig accessLogFile /dev/stdout. Istio sends no access log to
+// proxyless nodes; a server that wants the sidecar's log uses this. The
+// value is shared: do not modify it.
+func IstioDefault() *Config { return istioDefault() }
 
-var (
-	istioOnce   sync.Once
-	istioConfig *Config
-)
+var istioDefault = sync.OnceValue(func() *Config {
+	cfg, err := IstioFile(Stdout)
+	if err != nil {
+		panic(fmt.Sprintf("accesslog: Istio's default access log does not compile: %v", err))
+	}
+	return cfg
+})
 
 // istioAccessLog is the AccessLog istiod builds for meshConfig
-// accessLogFile /dev/stdout with the default (TEXT) encoding.
-func istioAccessLog() *accesslogpb.AccessLog {
+// accessLogFile path with the default (TEXT) encoding.
+func istioAccessLog(path string) (*accesslogpb.AccessLog, error) {
 	fl := &filepb.FileAccessLog{
-		Path: Stdout,
+		Path: path,
 		AccessLogFormat: &filepb.FileAccessLog_LogFormat{LogFormat: &corepb.SubstitutionFormatString{
 			Format: &corepb.SubstitutionFormatString_TextFormatSource{TextFormatSource: &corepb.DataSource{
 				Specifier: &corepb.DataSource_InlineString{InlineString: IstioFormat},
@@ -498,7 +478,7 @@ func istioAccessLog() *accesslogpb.AccessLog {
 	}
 	a, err := anypb.New(fl)
 	if err != nil {
-		panic(fmt.Sprintf("accesslog: %v", err))
+		return nil, err
 	}
-	return &accesslogpb.AccessLog{Name: "envoy.access_loggers.file", ConfigType: &accesslogpb.AccessLog_TypedConfig{TypedConfig: a}}
+	return &accesslogpb.AccessLog{Name: "envoy.access_loggers.file", ConfigType: &accesslogpb.AccessLog_TypedConfig{TypedConfig: a}}, nil
 }
