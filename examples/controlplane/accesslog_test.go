@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log"
 	"net"
 	"os"
 	"os/exec"
@@ -15,14 +14,12 @@ import (
 
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
-	"github.com/proxyless-grpc/xds"
 	"github.com/proxyless-grpc/xds/internal/accesslog"
 	"github.com/proxyless-grpc/xds/internal/httpfilter/builtin"
 )
@@ -115,7 +112,7 @@ func TestAccessLogInResources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lis.Close()
+	t.Cleanup(func() { lis.Close() })
 	dir := t.TempDir()
 	logPath := filepath.Join(dir, "access.log")
 	doc := accessLogListener(lis.Addr().String(), logPath)
@@ -142,59 +139,7 @@ func TestAccessLogInResources(t *testing.T) {
 	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	logs := &logLines{lines: make(chan string, 100)}
-	cpAddr := make(chan net.Addr, 1)
-	runDone := make(chan error, 1)
-	runCtx, stopRun := context.WithCancel(ctx)
-	defer func() {
-		stopRun()
-		if err := <-runDone; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
-	go func() {
-		runDone <- run(runCtx, config{path: path, addr: "127.0.0.1:0", poll: 50 * time.Millisecond,
-			log: log.New(logs, "", 0), listening: func(a net.Addr) { cpAddr <- a }})
-	}()
-	var cp net.Addr
-	select {
-	case cp = <-cpAddr:
-	case err := <-runDone:
-		runDone <- err
-		t.Fatalf("run: %v", err)
-	}
-	modes := make(chan connectivity.ServingMode, 10)
-	srv, err := xds.NewGRPCServer(
-		xds.BootstrapContents(fmt.Appendf(nil, `{
-			"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
-			"node": {"id": "controlplane-test"},
-			"server_listener_resource_name_template": "grpc/server?xds.resource.listening_address=%%s"
-		}`, cp)),
-		xds.ServingModeCallback(func(_ net.Addr, a xds.ServingModeChangeArgs) { modes <- a.Mode }),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testgrpc.RegisterTestServiceServer(srv, testService{})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	stopped := false
-	defer func() {
-		if !stopped {
-			srv.Stop()
-		}
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-	select {
-	case m := <-modes:
-		if m != connectivity.ServingModeServing {
-			t.Fatalf("the server went %v, want SERVING", m)
-		}
-	case <-ctx.Done():
-		t.Fatal("the server did not become SERVING")
-	}
+	srv, logs, _ := serveFromControlPlane(ctx, t, path, lis)
 	logs.waitFor(ctx, t, `"controlplane-test" applied (ACK) Listener version 1`)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -205,7 +150,6 @@ func TestAccessLogInResources(t *testing.T) {
 		t.Fatalf("EmptyCall: %v", err)
 	}
 	srv.GracefulStop() // writes the last lines
-	stopped = true
 	b, err := os.ReadFile(logPath)
 	if err != nil {
 		t.Fatal(err)

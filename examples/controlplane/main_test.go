@@ -92,7 +92,7 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lis.Close()
+	t.Cleanup(func() { lis.Close() })
 	addr := lis.Addr().(*net.TCPAddr)
 	res, err := loadResources("resources.json")
 	if err != nil {
@@ -104,62 +104,8 @@ func TestRun(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "resources.json")
 	writeResources(t, path, res)
 
-	// The control plane.
-	logs := &logLines{lines: make(chan string, 100)}
-	cpAddr := make(chan net.Addr, 1)
-	runDone := make(chan error, 1)
-	runCtx, stopRun := context.WithCancel(ctx)
-	defer func() {
-		stopRun()
-		if err := <-runDone; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
-	go func() {
-		runDone <- run(runCtx, config{
-			path: path, addr: "127.0.0.1:0", poll: 50 * time.Millisecond,
-			log:       log.New(logs, "", 0),
-			listening: func(a net.Addr) { cpAddr <- a },
-		})
-	}()
-	var cp net.Addr
-	select {
-	case cp = <-cpAddr:
-	case err := <-runDone:
-		runDone <- err
-		t.Fatalf("run: %v", err)
-	}
-
-	// The xDS server.
-	modes := make(chan connectivity.ServingMode, 10)
-	srv, err := xds.NewGRPCServer(
-		xds.BootstrapContents(fmt.Appendf(nil, `{
-			"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
-			"node": {"id": "controlplane-test"},
-			"server_listener_resource_name_template": "grpc/server?xds.resource.listening_address=%%s"
-		}`, cp)),
-		xds.ServingModeCallback(func(_ net.Addr, a xds.ServingModeChangeArgs) { modes <- a.Mode }),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testgrpc.RegisterTestServiceServer(srv, testService{})
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	defer func() {
-		srv.Stop()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-	select {
-	case m := <-modes:
-		if m != connectivity.ServingModeServing {
-			t.Fatalf("the server went %v, want SERVING", m)
-		}
-	case <-ctx.Done():
-		t.Fatal("the server did not become SERVING")
-	}
+	// The control plane serving path, and the xDS server it configures.
+	_, logs, modes := serveFromControlPlane(ctx, t, path, lis)
 	logs.waitFor(ctx, t, `"controlplane-test" applied (ACK) RouteConfiguration version 1`)
 
 	conn, err := grpc.NewClient(addr.String(),
@@ -314,4 +260,69 @@ func (testService) EmptyCall(context.Context, *testgrpc.Empty) (*testgrpc.Empty,
 
 func (testService) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
 	return &testgrpc.SimpleResponse{}, nil
+}
+
+// serveFromControlPlane runs the control plane on the resources file path
+// and an xDS server on lis with it as its management server, and waits
+// until the server is SERVING. The test's cleanup stops the server (a
+// Stop after the test's own GracefulStop only waits for it) and then the
+// control plane, and checks that both ended cleanly. It returns the server,
+// the control plane's log lines and the server's later serving modes.
+func serveFromControlPlane(ctx context.Context, t *testing.T, path string, lis net.Listener) (*xds.GRPCServer, *logLines, <-chan connectivity.ServingMode) {
+	t.Helper()
+	logs := &logLines{lines: make(chan string, 100)}
+	cpAddr := make(chan net.Addr, 1)
+	runDone := make(chan error, 1)
+	runCtx, stopRun := context.WithCancel(context.Background())
+	t.Cleanup(func() {
+		stopRun()
+		if err := <-runDone; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	go func() {
+		runDone <- run(runCtx, config{
+			path: path, addr: "127.0.0.1:0", poll: 50 * time.Millisecond,
+			log:       log.New(logs, "", 0),
+			listening: func(a net.Addr) { cpAddr <- a },
+		})
+	}()
+	var cp net.Addr
+	select {
+	case cp = <-cpAddr:
+	case err := <-runDone:
+		runDone <- err
+		t.Fatalf("run: %v", err)
+	}
+
+	modes := make(chan connectivity.ServingMode, 10)
+	srv, err := xds.NewGRPCServer(
+		xds.BootstrapContents(fmt.Appendf(nil, `{
+			"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
+			"node": {"id": "controlplane-test"},
+			"server_listener_resource_name_template": "grpc/server?xds.resource.listening_address=%%s"
+		}`, cp)),
+		xds.ServingModeCallback(func(_ net.Addr, a xds.ServingModeChangeArgs) { modes <- a.Mode }),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testgrpc.RegisterTestServiceServer(srv, testService{})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	t.Cleanup(func() {
+		srv.Stop()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	select {
+	case m := <-modes:
+		if m != connectivity.ServingModeServing {
+			t.Fatalf("the server went %v, want SERVING", m)
+		}
+	case <-ctx.Done():
+		t.Fatal("the server did not become SERVING")
+	}
+	return srv, logs, modes
 }
