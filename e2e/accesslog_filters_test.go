@@ -19,54 +19,16 @@ import (
 	"testing"
 
 	accesslogpb "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
-	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	accesslogdatapb "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	filepb "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
 	streampb "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
 	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/proxyless-grpc/xds/internal/testutils/accesslogcfg"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 )
-
-// Filter constructors.
-func statusCodeFilter(op accesslogpb.ComparisonFilter_Op, v uint32) *accesslogpb.AccessLogFilter {
-	return &accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_StatusCodeFilter{StatusCodeFilter: &accesslogpb.StatusCodeFilter{
-		Comparison: &accesslogpb.ComparisonFilter{Op: op, Value: &corepb.RuntimeUInt32{DefaultValue: v, RuntimeKey: "ignored"}}}}}
-}
-
-func durationFilter(op accesslogpb.ComparisonFilter_Op, ms uint32) *accesslogpb.AccessLogFilter {
-	return &accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_DurationFilter{DurationFilter: &accesslogpb.DurationFilter{
-		Comparison: &accesslogpb.ComparisonFilter{Op: op, Value: &corepb.RuntimeUInt32{DefaultValue: ms, RuntimeKey: "ignored"}}}}}
-}
-
-func runtimeFilter(pct uint32, independent bool) *accesslogpb.AccessLogFilter {
-	return &accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_RuntimeFilter{RuntimeFilter: &accesslogpb.RuntimeFilter{
-		RuntimeKey: "access_log.sampled", PercentSampled: &typepb.FractionalPercent{Numerator: pct, Denominator: typepb.FractionalPercent_HUNDRED},
-		UseIndependentRandomness: independent}}}
-}
-
-func grpcStatusFilter(exclude bool, codes ...accesslogpb.GrpcStatusFilter_Status) *accesslogpb.AccessLogFilter {
-	return &accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_GrpcStatusFilter{GrpcStatusFilter: &accesslogpb.GrpcStatusFilter{
-		Statuses: codes, Exclude: exclude}}}
-}
-
-func headerFilter(m *routepb.HeaderMatcher) *accesslogpb.AccessLogFilter {
-	return &accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_HeaderFilter{HeaderFilter: &accesslogpb.HeaderFilter{Header: m}}}
-}
-
-func flagFilter(flags ...string) *accesslogpb.AccessLogFilter {
-	return &accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_ResponseFlagFilter{ResponseFlagFilter: &accesslogpb.ResponseFlagFilter{Flags: flags}}}
-}
-
-func andFilter(fs ...*accesslogpb.AccessLogFilter) *accesslogpb.AccessLogFilter {
-	return &accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_AndFilter{AndFilter: &accesslogpb.AndFilter{Filters: fs}}}
-}
-
-func orFilter(fs ...*accesslogpb.AccessLogFilter) *accesslogpb.AccessLogFilter {
-	return &accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_OrFilter{OrFilter: &accesslogpb.OrFilter{Filters: fs}}}
-}
 
 func exactHeader(name, value string, invert bool) *routepb.HeaderMatcher {
 	return &routepb.HeaderMatcher{Name: name, InvertMatch: invert, HeaderMatchSpecifier: &routepb.HeaderMatcher_StringMatch{StringMatch: exactString(value)}}
@@ -93,30 +55,30 @@ func TestAccessLog_Filters(t *testing.T) {
 		filter *accesslogpb.AccessLogFilter
 		want   []string
 	}{
-		{"status_code EQ 200", statusCodeFilter(EQ, 200), []string{"ok", "notfound", "slow", "stream"}},
-		{"status_code NE 200", statusCodeFilter(NE, 200), []string{"cancel"}},
-		{"status_code LE 0", statusCodeFilter(LE, 0), []string{"cancel"}},
-		{"status_code GE 201", statusCodeFilter(GE, 201), nil},
-		{"duration GE 250", durationFilter(GE, 250), []string{"slow"}},
-		{"duration LE 249", durationFilter(LE, 249), []string{"ok", "notfound", "cancel", "stream"}},
-		{"runtime 100%", runtimeFilter(100, false), all},
-		{"runtime 0%", runtimeFilter(0, false), nil},
-		{"runtime 100% independent", runtimeFilter(100, true), all},
+		{"status_code EQ 200", accesslogcfg.StatusCode(EQ, 200), []string{"ok", "notfound", "slow", "stream"}},
+		{"status_code NE 200", accesslogcfg.StatusCode(NE, 200), []string{"cancel"}},
+		{"status_code LE 0", accesslogcfg.StatusCode(LE, 0), []string{"cancel"}},
+		{"status_code GE 201", accesslogcfg.StatusCode(GE, 201), nil},
+		{"duration GE 250", accesslogcfg.Duration(GE, 250), []string{"slow"}},
+		{"duration LE 249", accesslogcfg.Duration(LE, 249), []string{"ok", "notfound", "cancel", "stream"}},
+		{"runtime 100%", accesslogcfg.Runtime(100, typepb.FractionalPercent_HUNDRED, false), all},
+		{"runtime 0%", accesslogcfg.Runtime(0, typepb.FractionalPercent_HUNDRED, false), nil},
+		{"runtime 100% independent", accesslogcfg.Runtime(100, typepb.FractionalPercent_HUNDRED, true), all},
 		// 50%: by the x-request-id's first 8 hex digits, 0 is sampled and
 		// 0xffffffff (4294967295 % 100 = 95) is not; the RPCs without one
 		// draw at random, so the and_filter leaves them out.
-		{"runtime 50% of x-request-id", andFilter(headerFilter(&routepb.HeaderMatcher{Name: "x-request-id", HeaderMatchSpecifier: &routepb.HeaderMatcher_PresentMatch{PresentMatch: true}}), runtimeFilter(50, false)), []string{"ok"}},
-		{"grpc_status NOT_FOUND", grpcStatusFilter(false, accesslogpb.GrpcStatusFilter_NOT_FOUND), []string{"notfound"}},
-		{"grpc_status OK excluded", grpcStatusFilter(true, accesslogpb.GrpcStatusFilter_OK), []string{"notfound", "cancel"}},
-		{"grpc_status UNKNOWN", grpcStatusFilter(false, accesslogpb.GrpcStatusFilter_UNKNOWN), []string{"cancel"}},
-		{"grpc_status CANCELED", grpcStatusFilter(false, accesslogpb.GrpcStatusFilter_CANCELED), nil},
-		{"header x-case", headerFilter(exactHeader(caseHeader, "stream", false)), []string{"stream"}},
-		{"header :path inverted", headerFilter(exactHeader(":path", methodStream, true)), []string{"ok", "notfound", "slow", "cancel"}},
-		{"response_flag DR", flagFilter("DR"), []string{"cancel"}},
-		{"response_flag any", flagFilter(), []string{"cancel"}},
-		{"response_flag RL", flagFilter("RL", "UAEX"), nil},
-		{"and", andFilter(statusCodeFilter(EQ, 200), durationFilter(LE, 249), headerFilter(exactHeader(caseHeader, "stream", true))), []string{"ok", "notfound"}},
-		{"or", orFilter(grpcStatusFilter(false, accesslogpb.GrpcStatusFilter_NOT_FOUND), durationFilter(GE, 250)), []string{"notfound", "slow"}},
+		{"runtime 50% of x-request-id", accesslogcfg.And(accesslogcfg.Header(&routepb.HeaderMatcher{Name: "x-request-id", HeaderMatchSpecifier: &routepb.HeaderMatcher_PresentMatch{PresentMatch: true}}), accesslogcfg.Runtime(50, typepb.FractionalPercent_HUNDRED, false)), []string{"ok"}},
+		{"grpc_status NOT_FOUND", accesslogcfg.GRPCStatus(false, accesslogpb.GrpcStatusFilter_NOT_FOUND), []string{"notfound"}},
+		{"grpc_status OK excluded", accesslogcfg.GRPCStatus(true, accesslogpb.GrpcStatusFilter_OK), []string{"notfound", "cancel"}},
+		{"grpc_status UNKNOWN", accesslogcfg.GRPCStatus(false, accesslogpb.GrpcStatusFilter_UNKNOWN), []string{"cancel"}},
+		{"grpc_status CANCELED", accesslogcfg.GRPCStatus(false, accesslogpb.GrpcStatusFilter_CANCELED), nil},
+		{"header x-case", accesslogcfg.Header(exactHeader(caseHeader, "stream", false)), []string{"stream"}},
+		{"header :path inverted", accesslogcfg.Header(exactHeader(":path", methodStream, true)), []string{"ok", "notfound", "slow", "cancel"}},
+		{"response_flag DR", accesslogcfg.Flags("DR"), []string{"cancel"}},
+		{"response_flag any", accesslogcfg.Flags(), []string{"cancel"}},
+		{"response_flag RL", accesslogcfg.Flags("RL", "UAEX"), nil},
+		{"and", accesslogcfg.And(accesslogcfg.StatusCode(EQ, 200), accesslogcfg.Duration(LE, 249), accesslogcfg.Header(exactHeader(caseHeader, "stream", true))), []string{"ok", "notfound"}},
+		{"or", accesslogcfg.Or(accesslogcfg.GRPCStatus(false, accesslogpb.GrpcStatusFilter_NOT_FOUND), accesslogcfg.Duration(GE, 250)), []string{"notfound", "slow"}},
 		{"not_health_check", &accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_NotHealthCheckFilter{NotHealthCheckFilter: &accesslogpb.NotHealthCheckFilter{}}}, all},
 		{"traceable", &accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_TraceableFilter{TraceableFilter: &accesslogpb.TraceableFilter{}}}, nil},
 		{"log_type DownstreamEnd", &accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_LogTypeFilter{LogTypeFilter: &accesslogpb.LogTypeFilter{
@@ -127,7 +89,7 @@ func TestAccessLog_Filters(t *testing.T) {
 	dir := t.TempDir()
 	var logs []*accesslogpb.AccessLog
 	for i, tc := range tests {
-		logs = append(logs, fileLogWith(t, tc.name, filepath.Join(dir, strconv.Itoa(i)+".log"), inlineFormat("%REQ(X-CASE)%\n"), tc.filter))
+		logs = append(logs, fileLogWith(t, tc.name, filepath.Join(dir, strconv.Itoa(i)+".log"), accesslogcfg.TextFormat("%REQ(X-CASE)%\n"), tc.filter))
 	}
 	started := make(chan string, 1)
 	s, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
@@ -224,10 +186,10 @@ func TestAccessLog_Loggers(t *testing.T) {
 	env.update(ctx, t, []*listenerpb.Listener{loggingListener(t, simpleListener(addr),
 		stdoutLog(t, "stdout %REQ(X-CASE)% %GRPC_STATUS%\n"),
 		stderrLog(t, "stderr %REQ(X-CASE)% %GRPC_STATUS%\n"),
-		fileLogWith(t, "file", path, inlineFormat("file %REQ(X-CASE)% %GRPC_STATUS%\n"), nil),
+		fileLogWith(t, "file", path, accesslogcfg.TextFormat("file %REQ(X-CASE)% %GRPC_STATUS%\n"), nil),
 		&accesslogpb.AccessLog{Name: "file on stdout", ConfigType: &accesslogpb.AccessLog_TypedConfig{TypedConfig: anyOf(t, &filepb.FileAccessLog{
 			Path: "/dev/stdout", AccessLogFormat: &filepb.FileAccessLog_Format{Format: "dev-stdout %REQ(X-CASE)% %GRPC_STATUS%\n"}})}},
-		&accesslogpb.AccessLog{Name: "default", Filter: headerFilter(exactHeader(caseHeader, "unary", false)),
+		&accesslogpb.AccessLog{Name: "default", Filter: accesslogcfg.Header(exactHeader(caseHeader, "unary", false)),
 			ConfigType: &accesslogpb.AccessLog_TypedConfig{TypedConfig: anyOf(t, &streampb.StderrAccessLog{})}},
 	)}, nil)
 	s.modes.wait(ctx, t, addr, connectivity.ServingModeServing)

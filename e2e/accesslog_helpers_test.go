@@ -16,28 +16,12 @@ import (
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filepb "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
 	streampb "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
+	"github.com/proxyless-grpc/xds/internal/testutils/accesslogcfg"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/structpb"
 )
-
-// inlineFormat is a SubstitutionFormatString with the text format s.
-func inlineFormat(s string) *corepb.SubstitutionFormatString {
-	return &corepb.SubstitutionFormatString{Format: &corepb.SubstitutionFormatString_TextFormatSource{
-		TextFormatSource: &corepb.DataSource{Specifier: &corepb.DataSource_InlineString{InlineString: s}}}}
-}
-
-// jsonFormat is a SubstitutionFormatString with the JSON format m.
-func jsonFormat(t *testing.T, m map[string]any) *corepb.SubstitutionFormatString {
-	t.Helper()
-	s, err := structpb.NewStruct(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &corepb.SubstitutionFormatString{Format: &corepb.SubstitutionFormatString_JsonFormat{JsonFormat: s}}
-}
 
 // fileLogWith is an access_log entry named name writing to path with the
 // format f, filtered by flt (nil: every RPC).
@@ -50,12 +34,12 @@ func fileLogWith(t *testing.T, name, path string, f *corepb.SubstitutionFormatSt
 // stdoutLog and stderrLog are the stream loggers with the text format s.
 func stdoutLog(t *testing.T, s string) *accesslogpb.AccessLog {
 	return &accesslogpb.AccessLog{Name: "stdout", ConfigType: &accesslogpb.AccessLog_TypedConfig{TypedConfig: anyOf(t, &streampb.StdoutAccessLog{
-		AccessLogFormat: &streampb.StdoutAccessLog_LogFormat{LogFormat: inlineFormat(s)}})}}
+		AccessLogFormat: &streampb.StdoutAccessLog_LogFormat{LogFormat: accesslogcfg.TextFormat(s)}})}}
 }
 
 func stderrLog(t *testing.T, s string) *accesslogpb.AccessLog {
 	return &accesslogpb.AccessLog{Name: "stderr", ConfigType: &accesslogpb.AccessLog_TypedConfig{TypedConfig: anyOf(t, &streampb.StderrAccessLog{
-		AccessLogFormat: &streampb.StderrAccessLog_LogFormat{LogFormat: inlineFormat(s)}})}}
+		AccessLogFormat: &streampb.StderrAccessLog_LogFormat{LogFormat: accesslogcfg.TextFormat(s)}})}}
 }
 
 // Request headers the behaviour interceptors act on.

@@ -30,6 +30,7 @@ import (
 	accesslogpb "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	filepb "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
+	"github.com/proxyless-grpc/xds/internal/testutils/accesslogcfg"
 	"google.golang.org/grpc"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
@@ -382,8 +383,8 @@ func TestAccessLog_Operators(t *testing.T) {
 	rc.VirtualHosts[0].Routes[0].Name = "all"
 	s, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
 		return loggingListener(t, testListener(a, []chainSpec{{name: "ops", routes: rc}}, nil),
-			fileLogWith(t, "text", textPath, inlineFormat(opsFormat(cases)), nil),
-			fileLogWith(t, "typed", typedPath, jsonFormat(t, jsonFields), nil),
+			fileLogWith(t, "text", textPath, accesslogcfg.TextFormat(opsFormat(cases)), nil),
+			fileLogWith(t, "typed", typedPath, accesslogcfg.JSONFormat(t, jsonFields), nil),
 			&accesslogpb.AccessLog{Name: "untyped", ConfigType: &accesslogpb.AccessLog_TypedConfig{TypedConfig: anyOf(t, &filepb.FileAccessLog{
 				Path: untypedPath, AccessLogFormat: &filepb.FileAccessLog_JsonFormat{JsonFormat: untyped}})}})
 	}, nil, behaviour(nil)...)
@@ -537,7 +538,7 @@ func TestAccessLog_TLSOperators(t *testing.T) {
 	lis, _ := listen(t, "127.0.0.1")
 	s, addr := startTLSServerOn(ctx, t, env, lis, func(a net.Addr) *listenerpb.Listener {
 		return loggingListener(t, identityListener(t, a, tlsChain{name: "mtls", tls: mtlsWith(instSPIFFE, true)}),
-			fileLogWith(t, "tls", path, inlineFormat(opsFormat(cases)), nil))
+			fileLogWith(t, "tls", path, accesslogcfg.TextFormat(opsFormat(cases)), nil))
 	}, behaviour(nil)...)
 	wire := &wireBytes{}
 	r := &rpcRunner{c: newClient(t, addr, "127.0.0.1", 0, pki.creds(leaf), grpc.WithStatsHandler(wire)), wire: wire, server: addr.(*net.TCPAddr).AddrPort()}

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/proxyless-grpc/xds/internal/accesslog"
+	"github.com/proxyless-grpc/xds/internal/testutils/accesslogcfg"
 )
 
 // The cost of formatting one line, which the log's writer goroutine pays
@@ -14,9 +15,9 @@ func BenchmarkAppendLine(b *testing.B) {
 		name string
 		l    *accesslog.Logger
 	}{
-		{"EnvoyDefault", compileOne(b, textFormat(accesslog.DefaultFormat), nil)},
+		{"EnvoyDefault", compileOne(b, accesslogcfg.TextFormat(accesslog.DefaultFormat), nil)},
 		{"IstioDefault", accesslog.IstioDefault().Loggers()[0]},
-		{"JSON", compileOne(b, jsonFormat(b, map[string]any{
+		{"JSON", compileOne(b, accesslogcfg.JSONFormat(b, map[string]any{
 			"start_time": "%START_TIME%", "method": "%REQ(:METHOD)%", "path": "%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%",
 			"protocol": "%PROTOCOL%", "response_code": "%RESPONSE_CODE%", "grpc_status": "%GRPC_STATUS%",
 			"response_flags": "%RESPONSE_FLAGS%", "bytes_received": "%BYTES_RECEIVED%", "bytes_sent": "%BYTES_SENT%",

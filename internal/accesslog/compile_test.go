@@ -21,6 +21,7 @@ import (
 	"github.com/proxyless-grpc/xds/internal/accesslog"
 	"github.com/proxyless-grpc/xds/internal/fieldpath"
 	"github.com/proxyless-grpc/xds/internal/testutils"
+	"github.com/proxyless-grpc/xds/internal/testutils/accesslogcfg"
 )
 
 func TestMain(m *testing.M) { testutils.VerifyNoLeaks(m) }
@@ -51,22 +52,6 @@ func logOf(t testing.TB, m proto.Message, f *accesslogpb.AccessLogFilter) *acces
 	return &accesslogpb.AccessLog{Name: "log", Filter: f, ConfigType: &accesslogpb.AccessLog_TypedConfig{TypedConfig: anyOf(t, m)}}
 }
 
-// textFormat is a SubstitutionFormatString with an inline text format.
-func textFormat(s string) *corepb.SubstitutionFormatString {
-	return &corepb.SubstitutionFormatString{Format: &corepb.SubstitutionFormatString_TextFormatSource{
-		TextFormatSource: &corepb.DataSource{Specifier: &corepb.DataSource_InlineString{InlineString: s}},
-	}}
-}
-
-func jsonFormat(t testing.TB, fields map[string]any) *corepb.SubstitutionFormatString {
-	t.Helper()
-	s, err := structpb.NewStruct(fields)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &corepb.SubstitutionFormatString{Format: &corepb.SubstitutionFormatString_JsonFormat{JsonFormat: s}}
-}
-
 func stdout(f *corepb.SubstitutionFormatString) *streampb.StdoutAccessLog {
 	return &streampb.StdoutAccessLog{AccessLogFormat: &streampb.StdoutAccessLog_LogFormat{LogFormat: f}}
 }
@@ -84,9 +69,9 @@ func compileOne(t testing.TB, f *corepb.SubstitutionFormatString, flt *accesslog
 // Every invalid config is an error that names the field from the list
 // down, and says what is wrong.
 func TestCompileErrors(t *testing.T) {
-	good := logOf(t, stdout(textFormat("ok\n")), nil)
+	good := logOf(t, stdout(accesslogcfg.TextFormat("ok\n")), nil)
 	text := func(s string) []*accesslogpb.AccessLog {
-		return []*accesslogpb.AccessLog{good, logOf(t, stdout(textFormat(s)), nil)}
+		return []*accesslogpb.AccessLog{good, logOf(t, stdout(accesslogcfg.TextFormat(s)), nil)}
 	}
 	const textPath = "[1].typed_config.log_format.text_format_source.inline_string"
 	withFilter := func(f *accesslogpb.AccessLogFilter) []*accesslogpb.AccessLog {
@@ -130,7 +115,7 @@ func TestCompileErrors(t *testing.T) {
 		{"format from an unset variable", []*accesslogpb.AccessLog{logOf(t, stdout(&corepb.SubstitutionFormatString{Format: &corepb.SubstitutionFormatString_TextFormatSource{
 			TextFormatSource: &corepb.DataSource{Specifier: &corepb.DataSource_EnvironmentVariable{EnvironmentVariable: "XDS_ACCESSLOG_TEST_UNSET"}}}}), nil)},
 			"[0].typed_config.log_format.text_format_source.environment_variable", "is not set"},
-		{"json operator", []*accesslogpb.AccessLog{logOf(t, stdout(jsonFormat(t, map[string]any{"a": map[string]any{"b": []any{"x", "%FOO%"}}})), nil)},
+		{"json operator", []*accesslogpb.AccessLog{logOf(t, stdout(accesslogcfg.JSONFormat(t, map[string]any{"a": map[string]any{"b": []any{"x", "%FOO%"}}})), nil)},
 			`[0].typed_config.log_format.json_format["a"]["b"][1]`, "unknown command operator %FOO%"},
 		{"deprecated format", []*accesslogpb.AccessLog{logOf(t, &filepb.FileAccessLog{Path: "/tmp/x", AccessLogFormat: &filepb.FileAccessLog_Format{Format: "%BAD"}}, nil)},
 			"[0].typed_config.format", "no valid command operator at position 0"},
@@ -242,9 +227,9 @@ func TestCompileLoggers(t *testing.T) {
 
 // Configs compile to equal values exactly when they serialize alike.
 func TestKeyAndEqual(t *testing.T) {
-	a := []*accesslogpb.AccessLog{logOf(t, stdout(textFormat("%PROTOCOL%\n")), nil)}
-	b := []*accesslogpb.AccessLog{logOf(t, stdout(textFormat("%PROTOCOL%\n")), nil)}
-	c := []*accesslogpb.AccessLog{logOf(t, stdout(textFormat("%DURATION%\n")), nil)}
+	a := []*accesslogpb.AccessLog{logOf(t, stdout(accesslogcfg.TextFormat("%PROTOCOL%\n")), nil)}
+	b := []*accesslogpb.AccessLog{logOf(t, stdout(accesslogcfg.TextFormat("%PROTOCOL%\n")), nil)}
+	c := []*accesslogpb.AccessLog{logOf(t, stdout(accesslogcfg.TextFormat("%DURATION%\n")), nil)}
 	ca, _ := accesslog.Compile(a)
 	cb, _ := accesslog.Compile(b)
 	cc, _ := accesslog.Compile(c)
@@ -265,8 +250,8 @@ func TestRequestHeaders(t *testing.T) {
 		t.Errorf("Istio's default reads %q, want %q", got, want)
 	}
 	cfg, err := accesslog.Compile([]*accesslogpb.AccessLog{
-		logOf(t, stdout(textFormat("%REQ(X-A?X-B)% %RESP(x-c)% %TRAILER(x-d)% %REQ(:AUTHORITY)% %STREAM_ID%\n")), nil),
-		logOf(t, stdout(textFormat("%PROTOCOL%\n")), &accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_HeaderFilter{HeaderFilter: &accesslogpb.HeaderFilter{
+		logOf(t, stdout(accesslogcfg.TextFormat("%REQ(X-A?X-B)% %RESP(x-c)% %TRAILER(x-d)% %REQ(:AUTHORITY)% %STREAM_ID%\n")), nil),
+		logOf(t, stdout(accesslogcfg.TextFormat("%PROTOCOL%\n")), &accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_HeaderFilter{HeaderFilter: &accesslogpb.HeaderFilter{
 			Header: &routepb.HeaderMatcher{Name: "x-tenant", HeaderMatchSpecifier: &routepb.HeaderMatcher_PresentMatch{PresentMatch: true}}}}}),
 	})
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	accesslogpb "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
-	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	accesslogdatapb "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 	streampb "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
@@ -13,47 +12,8 @@ import (
 	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/proxyless-grpc/xds/internal/accesslog"
+	"github.com/proxyless-grpc/xds/internal/testutils/accesslogcfg"
 )
-
-func statusFilter(op accesslogpb.ComparisonFilter_Op, v uint32) *accesslogpb.AccessLogFilter {
-	return &accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_StatusCodeFilter{StatusCodeFilter: &accesslogpb.StatusCodeFilter{
-		Comparison: &accesslogpb.ComparisonFilter{Op: op, Value: &corepb.RuntimeUInt32{DefaultValue: v, RuntimeKey: "status"}}}}}
-}
-
-func durationFilter(op accesslogpb.ComparisonFilter_Op, ms uint32) *accesslogpb.AccessLogFilter {
-	return &accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_DurationFilter{DurationFilter: &accesslogpb.DurationFilter{
-		Comparison: &accesslogpb.ComparisonFilter{Op: op, Value: &corepb.RuntimeUInt32{DefaultValue: ms}}}}}
-}
-
-func grpcFilter(exclude bool, codes ...accesslogpb.GrpcStatusFilter_Status) *accesslogpb.AccessLogFilter {
-	return &accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_GrpcStatusFilter{GrpcStatusFilter: &accesslogpb.GrpcStatusFilter{
-		Statuses: codes, Exclude: exclude}}}
-}
-
-func headerFilter(m *routepb.HeaderMatcher) *accesslogpb.AccessLogFilter {
-	return &accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_HeaderFilter{HeaderFilter: &accesslogpb.HeaderFilter{Header: m}}}
-}
-
-func flagFilter(flags ...string) *accesslogpb.AccessLogFilter {
-	return &accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_ResponseFlagFilter{ResponseFlagFilter: &accesslogpb.ResponseFlagFilter{Flags: flags}}}
-}
-
-func runtimeFilter(num uint32, den typepb.FractionalPercent_DenominatorType, independent bool) *accesslogpb.AccessLogFilter {
-	return &accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_RuntimeFilter{RuntimeFilter: &accesslogpb.RuntimeFilter{
-		RuntimeKey: "sample", PercentSampled: &typepb.FractionalPercent{Numerator: num, Denominator: den}, UseIndependentRandomness: independent}}}
-}
-
-func logTypeFilter(exclude bool, types ...accesslogdatapb.AccessLogType) *accesslogpb.AccessLogFilter {
-	return &accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_LogTypeFilter{LogTypeFilter: &accesslogpb.LogTypeFilter{Types: types, Exclude: exclude}}}
-}
-
-func and(fs ...*accesslogpb.AccessLogFilter) *accesslogpb.AccessLogFilter {
-	return &accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_AndFilter{AndFilter: &accesslogpb.AndFilter{Filters: fs}}}
-}
-
-func or(fs ...*accesslogpb.AccessLogFilter) *accesslogpb.AccessLogFilter {
-	return &accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_OrFilter{OrFilter: &accesslogpb.OrFilter{Filters: fs}}}
-}
 
 // Each filter, with Envoy's meaning for a record of an RPC.
 func TestFilters(t *testing.T) {
@@ -73,36 +33,36 @@ func TestFilters(t *testing.T) {
 		want   [4]bool // ok, denied, reset, limited
 	}{
 		{"no filter", nil, [4]bool{true, true, true, true}},
-		{"status >= 200", statusFilter(accesslogpb.ComparisonFilter_GE, 200), [4]bool{true, true, false, true}},
-		{"status == 0 (no response)", statusFilter(accesslogpb.ComparisonFilter_EQ, 0), [4]bool{false, false, true, false}},
-		{"status <= 199", statusFilter(accesslogpb.ComparisonFilter_LE, 199), [4]bool{false, false, true, false}},
-		{"status != 200", statusFilter(accesslogpb.ComparisonFilter_NE, 200), [4]bool{false, false, true, false}},
-		{"duration >= 20ms", durationFilter(accesslogpb.ComparisonFilter_GE, 20), [4]bool{true, false, true, false}},
-		{"gRPC status not OK", grpcFilter(true, accesslogpb.GrpcStatusFilter_OK), [4]bool{false, true, true, true}},
-		{"gRPC status PERMISSION_DENIED or UNAVAILABLE", grpcFilter(false, accesslogpb.GrpcStatusFilter_PERMISSION_DENIED, accesslogpb.GrpcStatusFilter_UNAVAILABLE), [4]bool{false, true, false, true}},
-		{"gRPC status UNKNOWN (none sent)", grpcFilter(false, accesslogpb.GrpcStatusFilter_UNKNOWN), [4]bool{false, false, true, false}},
-		{"any response flag", flagFilter(), [4]bool{false, true, true, true}},
-		{"flag RL or UAEX", flagFilter("RL", "UAEX"), [4]bool{false, true, false, true}},
-		{"header exact", headerFilter(&routepb.HeaderMatcher{Name: "X-Env", HeaderMatchSpecifier: &routepb.HeaderMatcher_StringMatch{
+		{"status >= 200", accesslogcfg.StatusCode(accesslogpb.ComparisonFilter_GE, 200), [4]bool{true, true, false, true}},
+		{"status == 0 (no response)", accesslogcfg.StatusCode(accesslogpb.ComparisonFilter_EQ, 0), [4]bool{false, false, true, false}},
+		{"status <= 199", accesslogcfg.StatusCode(accesslogpb.ComparisonFilter_LE, 199), [4]bool{false, false, true, false}},
+		{"status != 200", accesslogcfg.StatusCode(accesslogpb.ComparisonFilter_NE, 200), [4]bool{false, false, true, false}},
+		{"duration >= 20ms", accesslogcfg.Duration(accesslogpb.ComparisonFilter_GE, 20), [4]bool{true, false, true, false}},
+		{"gRPC status not OK", accesslogcfg.GRPCStatus(true, accesslogpb.GrpcStatusFilter_OK), [4]bool{false, true, true, true}},
+		{"gRPC status PERMISSION_DENIED or UNAVAILABLE", accesslogcfg.GRPCStatus(false, accesslogpb.GrpcStatusFilter_PERMISSION_DENIED, accesslogpb.GrpcStatusFilter_UNAVAILABLE), [4]bool{false, true, false, true}},
+		{"gRPC status UNKNOWN (none sent)", accesslogcfg.GRPCStatus(false, accesslogpb.GrpcStatusFilter_UNKNOWN), [4]bool{false, false, true, false}},
+		{"any response flag", accesslogcfg.Flags(), [4]bool{false, true, true, true}},
+		{"flag RL or UAEX", accesslogcfg.Flags("RL", "UAEX"), [4]bool{false, true, false, true}},
+		{"header exact", accesslogcfg.Header(&routepb.HeaderMatcher{Name: "X-Env", HeaderMatchSpecifier: &routepb.HeaderMatcher_StringMatch{
 			StringMatch: &matcherpb.StringMatcher{MatchPattern: &matcherpb.StringMatcher_Exact{Exact: "canary"}}}}), [4]bool{true, false, false, false}},
-		{"header :path prefix", headerFilter(&routepb.HeaderMatcher{Name: ":path", HeaderMatchSpecifier: &routepb.HeaderMatcher_StringMatch{
+		{"header :path prefix", accesslogcfg.Header(&routepb.HeaderMatcher{Name: ":path", HeaderMatchSpecifier: &routepb.HeaderMatcher_StringMatch{
 			StringMatch: &matcherpb.StringMatcher{MatchPattern: &matcherpb.StringMatcher_Prefix{Prefix: "/grpc.health.v1.Health/"}}}, InvertMatch: true}),
 			[4]bool{true, false, false, false}},
-		{"binary header in wire form", headerFilter(&routepb.HeaderMatcher{Name: "trace-bin", HeaderMatchSpecifier: &routepb.HeaderMatcher_StringMatch{
+		{"binary header in wire form", accesslogcfg.Header(&routepb.HeaderMatcher{Name: "trace-bin", HeaderMatchSpecifier: &routepb.HeaderMatcher_StringMatch{
 			StringMatch: &matcherpb.StringMatcher{MatchPattern: &matcherpb.StringMatcher_Exact{Exact: "AQI"}}}}), [4]bool{true, false, false, false}},
 		{"not a health check: every RPC", notHealthCheck, [4]bool{true, true, true, true}},
 		{"traceable: no RPC", traceable, [4]bool{false, false, false, false}},
-		{"or with traceable", or(traceable, flagFilter("RL")), [4]bool{false, false, false, true}},
-		{"and", and(statusFilter(accesslogpb.ComparisonFilter_GE, 200), grpcFilter(true, accesslogpb.GrpcStatusFilter_OK)), [4]bool{false, true, false, true}},
-		{"log type DownstreamEnd", logTypeFilter(false, accesslogdatapb.AccessLogType_DownstreamEnd), [4]bool{true, true, true, true}},
-		{"log type excluding DownstreamEnd", logTypeFilter(true, accesslogdatapb.AccessLogType_DownstreamEnd), [4]bool{false, false, false, false}},
-		{"log type DownstreamStart", logTypeFilter(false, accesslogdatapb.AccessLogType_DownstreamStart), [4]bool{false, false, false, false}},
-		{"runtime 100%", runtimeFilter(100, typepb.FractionalPercent_HUNDRED, true), [4]bool{true, true, true, true}},
-		{"runtime 0%", runtimeFilter(0, typepb.FractionalPercent_HUNDRED, false), [4]bool{false, false, false, false}},
+		{"or with traceable", accesslogcfg.Or(traceable, accesslogcfg.Flags("RL")), [4]bool{false, false, false, true}},
+		{"and", accesslogcfg.And(accesslogcfg.StatusCode(accesslogpb.ComparisonFilter_GE, 200), accesslogcfg.GRPCStatus(true, accesslogpb.GrpcStatusFilter_OK)), [4]bool{false, true, false, true}},
+		{"log type DownstreamEnd", accesslogcfg.LogType(false, accesslogdatapb.AccessLogType_DownstreamEnd), [4]bool{true, true, true, true}},
+		{"log type excluding DownstreamEnd", accesslogcfg.LogType(true, accesslogdatapb.AccessLogType_DownstreamEnd), [4]bool{false, false, false, false}},
+		{"log type DownstreamStart", accesslogcfg.LogType(false, accesslogdatapb.AccessLogType_DownstreamStart), [4]bool{false, false, false, false}},
+		{"runtime 100%", accesslogcfg.Runtime(100, typepb.FractionalPercent_HUNDRED, true), [4]bool{true, true, true, true}},
+		{"runtime 0%", accesslogcfg.Runtime(0, typepb.FractionalPercent_HUNDRED, false), [4]bool{false, false, false, false}},
 		{"runtime unset: 0%", &accesslogpb.AccessLogFilter{FilterSpecifier: &accesslogpb.AccessLogFilter_RuntimeFilter{RuntimeFilter: &accesslogpb.RuntimeFilter{RuntimeKey: "k"}}}, [4]bool{false, false, false, false}},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
-			l := compileOne(t, textFormat("x"), tc.filter)
+			l := compileOne(t, accesslogcfg.TextFormat("x"), tc.filter)
 			for i, r := range records {
 				if got := l.Match(r); got != tc.want[i] {
 					t.Errorf("record %d: Match = %v, want %v", i, got, tc.want[i])
@@ -117,7 +77,7 @@ func TestFilters(t *testing.T) {
 // that every host of a request decides alike; without a usable id it draws
 // at random.
 func TestRuntimeFilterSampling(t *testing.T) {
-	byID := compileOne(t, textFormat("x"), runtimeFilter(50, typepb.FractionalPercent_HUNDRED, false))
+	byID := compileOne(t, accesslogcfg.TextFormat("x"), accesslogcfg.Runtime(50, typepb.FractionalPercent_HUNDRED, false))
 	withID := func(id string) *accesslog.Record {
 		return &accesslog.Record{RequestHeaders: map[string][]string{"x-request-id": {id}}}
 	}
@@ -131,7 +91,7 @@ func TestRuntimeFilterSampling(t *testing.T) {
 		}
 	}
 	for _, l := range []*accesslog.Logger{
-		byID, compileOne(t, textFormat("x"), runtimeFilter(50, typepb.FractionalPercent_HUNDRED, true)),
+		byID, compileOne(t, accesslogcfg.TextFormat("x"), accesslogcfg.Runtime(50, typepb.FractionalPercent_HUNDRED, true)),
 	} {
 		r := withID("00000031-aaaa")
 		if l == byID {
@@ -153,7 +113,7 @@ func TestRuntimeFilterSampling(t *testing.T) {
 // The stream logger's type decides where lines go; a filter is per logger.
 func TestFilterPerLogger(t *testing.T) {
 	cfg, err := accesslog.Compile([]*accesslogpb.AccessLog{
-		logOf(t, &streampb.StdoutAccessLog{}, statusFilter(accesslogpb.ComparisonFilter_GE, 500)),
+		logOf(t, &streampb.StdoutAccessLog{}, accesslogcfg.StatusCode(accesslogpb.ComparisonFilter_GE, 500)),
 		logOf(t, &streampb.StderrAccessLog{}, nil),
 	})
 	if err != nil {
@@ -167,11 +127,11 @@ func TestFilterPerLogger(t *testing.T) {
 
 // Evaluating the filters of a record (on the RPC's path) allocates nothing.
 func TestMatchAllocs(t *testing.T) {
-	l := compileOne(t, textFormat("x"), and(
-		statusFilter(accesslogpb.ComparisonFilter_GE, 200),
-		or(grpcFilter(true, accesslogpb.GrpcStatusFilter_OK), flagFilter("RL")),
-		headerFilter(&routepb.HeaderMatcher{Name: "x-env", HeaderMatchSpecifier: &routepb.HeaderMatcher_PresentMatch{PresentMatch: true}}),
-		runtimeFilter(10, typepb.FractionalPercent_HUNDRED, false),
+	l := compileOne(t, accesslogcfg.TextFormat("x"), accesslogcfg.And(
+		accesslogcfg.StatusCode(accesslogpb.ComparisonFilter_GE, 200),
+		accesslogcfg.Or(accesslogcfg.GRPCStatus(true, accesslogpb.GrpcStatusFilter_OK), accesslogcfg.Flags("RL")),
+		accesslogcfg.Header(&routepb.HeaderMatcher{Name: "x-env", HeaderMatchSpecifier: &routepb.HeaderMatcher_PresentMatch{PresentMatch: true}}),
+		accesslogcfg.Runtime(10, typepb.FractionalPercent_HUNDRED, false),
 	))
 	r := &accesslog.Record{ResponseCode: 200, HasGRPCStatus: true, GRPCStatus: 5,
 		RequestHeaders: map[string][]string{"x-env": {"a"}, "x-request-id": {"00000001-x"}}}

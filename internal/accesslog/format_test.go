@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/proxyless-grpc/xds/internal/accesslog"
+	"github.com/proxyless-grpc/xds/internal/testutils/accesslogcfg"
 )
 
 // Envoy's documented example of its default format
@@ -117,7 +118,7 @@ func decode(t *testing.T, line []byte) map[string]any {
 func TestJSONEnvoyExample(t *testing.T) {
 	r := &accesslog.Record{Duration: 123 * time.Millisecond, RequestHeaders: map[string][]string{"my_custom_header": {"value_of_MY_CUSTOM_HEADER"}}}
 	fields := map[string]any{"protocol": "%PROTOCOL%", "duration": "%DURATION%", "my_custom_header": "%REQ(MY_CUSTOM_HEADER)%"}
-	typed := compileOne(t, jsonFormat(t, fields), nil)
+	typed := compileOne(t, accesslogcfg.JSONFormat(t, fields), nil)
 	if got, want := decode(t, typed.AppendLine(nil, r)), map[string]any{"protocol": "HTTP/2", "duration": 123.0, "my_custom_header": "value_of_MY_CUSTOM_HEADER"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("typed: %v, want %v", got, want)
 	}
@@ -148,7 +149,7 @@ func TestJSONEnvoyExample(t *testing.T) {
 func TestJSONNested(t *testing.T) {
 	r := fullRecord(t)
 	r.RequestHeaders["x-ctl"] = []string{"a\nb\"c\\\x01\xff"}
-	l := compileOne(t, jsonFormat(t, map[string]any{
+	l := compileOne(t, accesslogcfg.JSONFormat(t, map[string]any{
 		"request": map[string]any{
 			"method": "%REQ(:METHOD)%",
 			"path":   "%REQ(:PATH)%",
@@ -190,7 +191,7 @@ func TestJSONNested(t *testing.T) {
 // operator prints nothing.
 func TestOmitEmptyValues(t *testing.T) {
 	r := &accesslog.Record{ResponseCode: 200}
-	f := jsonFormat(t, map[string]any{
+	f := accesslogcfg.JSONFormat(t, map[string]any{
 		"code":   "%RESPONSE_CODE%",
 		"host":   "%UPSTREAM_HOST%",
 		"nested": map[string]any{"a": "%REQ(X-A)%", "b": map[string]any{"c": "%ROUTE_NAME%"}},
@@ -202,12 +203,12 @@ func TestOmitEmptyValues(t *testing.T) {
 	if got, want := string(compileOne(t, f, nil).AppendLine(nil, r)), `{"code":200,"list":[],"mixed":"[]"}`+"\n"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
-	empty := jsonFormat(t, map[string]any{"host": "%UPSTREAM_HOST%"})
+	empty := accesslogcfg.JSONFormat(t, map[string]any{"host": "%UPSTREAM_HOST%"})
 	empty.OmitEmptyValues = true
 	if got := string(compileOne(t, empty, nil).AppendLine(nil, r)); got != "{}\n" {
 		t.Errorf("got %q, want {}", got)
 	}
-	text := textFormat("[%UPSTREAM_HOST%][%RESPONSE_CODE%]")
+	text := accesslogcfg.TextFormat("[%UPSTREAM_HOST%][%RESPONSE_CODE%]")
 	text.OmitEmptyValues = true
 	if got := string(compileOne(t, text, nil).AppendLine(nil, r)); got != "[][200]" {
 		t.Errorf("got %q, want [][200]", got)
@@ -237,7 +238,7 @@ func TestFormatSources(t *testing.T) {
 
 // A text format is written as it is: no newline added.
 func TestTextFormatAsIs(t *testing.T) {
-	l := compileOne(t, textFormat("%RESPONSE_CODE%"), nil)
+	l := compileOne(t, accesslogcfg.TextFormat("%RESPONSE_CODE%"), nil)
 	if got := string(l.AppendLine([]byte("x"), &accesslog.Record{ResponseCode: 200})); got != "x200" {
 		t.Errorf("got %q, want x200", got)
 	}

@@ -9,6 +9,7 @@ import (
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
 	"github.com/proxyless-grpc/xds/internal/accesslog"
+	"github.com/proxyless-grpc/xds/internal/testutils/accesslogcfg"
 )
 
 // FuzzFormat: any text format either compiles or is refused with an
@@ -33,8 +34,8 @@ func FuzzFormat(f *testing.F) {
 			return
 		}
 		cfg, err := accesslog.Compile([]*accesslogpb.AccessLog{
-			logOf(t, stdout(textFormat(format)), nil),
-			logOf(t, stdout(jsonFormat(t, map[string]any{"v": format, "w": []any{format}})), nil),
+			logOf(t, stdout(accesslogcfg.TextFormat(format)), nil),
+			logOf(t, stdout(accesslogcfg.JSONFormat(t, map[string]any{"v": format, "w": []any{format}})), nil),
 		})
 		if err != nil {
 			return

@@ -26,6 +26,7 @@ import (
 	accesslogpb "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 
 	"github.com/proxyless-grpc/xds/internal/accesslog"
+	"github.com/proxyless-grpc/xds/internal/testutils/accesslogcfg"
 )
 
 // newCert returns a self-signed certificate with the given names.
@@ -125,8 +126,8 @@ func checkOps(t *testing.T, r *accesslog.Record, cases []opCase) {
 			want = string(b)
 		}
 		cfg, err := compile([]*accesslogpb.AccessLog{
-			logOf(t, stdout(textFormat(c.format)), nil),
-			logOf(t, stdout(jsonFormat(t, map[string]any{"v": c.format})), nil),
+			logOf(t, stdout(accesslogcfg.TextFormat(c.format)), nil),
+			logOf(t, stdout(accesslogcfg.JSONFormat(t, map[string]any{"v": c.format})), nil),
 		})
 		if err != nil {
 			t.Errorf("%s: %v", c.format, err)
@@ -247,7 +248,7 @@ func TestOperators(t *testing.T) {
 
 	// %DOWNSTREAM_PEER_CERT% is the PEM certificate, URL-encoded as Envoy
 	// encodes it.
-	cfg := compileOne(t, textFormat("%DOWNSTREAM_PEER_CERT%"), nil)
+	cfg := compileOne(t, accesslogcfg.TextFormat("%DOWNSTREAM_PEER_CERT%"), nil)
 	got := string(cfg.AppendLine(nil, r))
 	if !strings.HasPrefix(got, "-----BEGIN%20CERTIFICATE-----%0A") || strings.ContainsAny(got, " \n+/=") {
 		t.Errorf("%%DOWNSTREAM_PEER_CERT%% = %q, want a URL-encoded PEM certificate", got)
@@ -261,7 +262,7 @@ func TestOperators(t *testing.T) {
 	}
 
 	// %UNIQUE_ID% is a new version 4 UUID every line.
-	u := compileOne(t, textFormat("%UNIQUE_ID%"), nil)
+	u := compileOne(t, accesslogcfg.TextFormat("%UNIQUE_ID%"), nil)
 	a, b := string(u.AppendLine(nil, r)), string(u.AppendLine(nil, r))
 	uuid := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 	if !uuid.MatchString(a) || !uuid.MatchString(b) || a == b {
@@ -392,14 +393,14 @@ func TestEveryCommandCompiles(t *testing.T) {
 		if p, ok := params[name]; ok {
 			format = "%" + name + "(" + p + ")%"
 		}
-		cfg, err := accesslog.Compile([]*accesslogpb.AccessLog{logOf(t, stdout(textFormat(format)), nil)})
+		cfg, err := accesslog.Compile([]*accesslogpb.AccessLog{logOf(t, stdout(accesslogcfg.TextFormat(format)), nil)})
 		switch {
 		case err != nil:
 			t.Errorf("%s: %v", format, err)
 		case (kind == "notrecorded") != (len(cfg.NotRecorded()) == 1):
 			t.Errorf("%s (%s): NotRecorded() = %q", format, kind, cfg.NotRecorded())
 		default:
-			compileOne(t, textFormat(format), nil).AppendLine(nil, r)
+			compileOne(t, accesslogcfg.TextFormat(format), nil).AppendLine(nil, r)
 		}
 	}
 }
@@ -438,8 +439,8 @@ func TestNotRecordedOperators(t *testing.T) {
 	checkOps(t, r, cases)
 
 	cfg, err := accesslog.Compile([]*accesslogpb.AccessLog{
-		logOf(t, stdout(textFormat("%DYNAMIC_METADATA(envoy.filters.http.rbac:shadow_effective_policy_id)% %REQ(:PATH)% %REQUEST_DURATION%\n")), nil),
-		logOf(t, stdout(jsonFormat(t, map[string]any{"d": "%REQUEST_DURATION%"})), nil),
+		logOf(t, stdout(accesslogcfg.TextFormat("%DYNAMIC_METADATA(envoy.filters.http.rbac:shadow_effective_policy_id)% %REQ(:PATH)% %REQUEST_DURATION%\n")), nil),
+		logOf(t, stdout(accesslogcfg.JSONFormat(t, map[string]any{"d": "%REQUEST_DURATION%"})), nil),
 	})
 	if err != nil {
 		t.Fatalf("Compile: %v", err)
@@ -454,7 +455,7 @@ func TestNotRecordedOperators(t *testing.T) {
 	if got, want := string(cfg.Loggers()[0].AppendLine(nil, r)), "- /helloworld.Greeter/SayHello -\n"; got != want {
 		t.Errorf("line = %q, want %q", got, want)
 	}
-	plain, err := accesslog.Compile([]*accesslogpb.AccessLog{logOf(t, stdout(textFormat("%REQ(:PATH)%")), nil)})
+	plain, err := accesslog.Compile([]*accesslogpb.AccessLog{logOf(t, stdout(accesslogcfg.TextFormat("%REQ(:PATH)%")), nil)})
 	if err != nil {
 		t.Fatal(err)
 	}

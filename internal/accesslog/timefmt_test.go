@@ -5,12 +5,13 @@ import (
 	"time"
 
 	"github.com/proxyless-grpc/xds/internal/accesslog"
+	"github.com/proxyless-grpc/xds/internal/testutils/accesslogcfg"
 )
 
 // Week numbers and ISO years at the turn of a year, as C's strftime
 // prints them.
 func TestTimeFormatWeeks(t *testing.T) {
-	l := compileOne(t, textFormat("%START_TIME(%Y-%m-%d %a %U %W %V %G %g %u %w %j)%"), nil)
+	l := compileOne(t, accesslogcfg.TextFormat("%START_TIME(%Y-%m-%d %a %U %W %V %G %g %u %w %j)%"), nil)
 	for _, c := range []struct {
 		date time.Time
 		want string
@@ -38,7 +39,7 @@ func TestTimeFormatLiteral(t *testing.T) {
 		"%START_TIME(%E0S|%E*S)%": "05|05.006",
 		"%START_TIME(%E*f)%":      "006",
 	} {
-		if got := string(compileOne(t, textFormat(format), nil).AppendLine(nil, r)); got != want {
+		if got := string(compileOne(t, accesslogcfg.TextFormat(format), nil).AppendLine(nil, r)); got != want {
 			t.Errorf("%s = %q, want %q", format, got, want)
 		}
 	}
