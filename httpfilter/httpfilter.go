@@ -121,6 +121,11 @@ type Needs struct {
 	After bool
 	// ConnState: the steps read RPC.Conn, which is nil without it.
 	ConnState bool
+	// Events: the events after the request headers that the filter's
+	// Calls may handle (see Call). A filter with Events returns its calls
+	// as work, so it reports After too; a chain whose filters declare no
+	// events runs none of the response path.
+	Events Events
 }
 
 // Register makes f available to every xDS server of the process, under each

@@ -22,6 +22,10 @@ func NeedsOf(filters []Instance) Needs {
 		fn := in.Needs()
 		n.After = n.After || fn.After
 		n.ConnState = n.ConnState || fn.ConnState
+		n.Events |= fn.Events
+		// A filter's calls are its work: a chain with events runs the
+		// interceptors that run work.
+		n.After = n.After || fn.Events != 0
 	}
 	return n
 }

@@ -21,9 +21,27 @@ type (
 	ConnState = httpfilter.ConnState
 	// Needs is what a filter's steps need besides the tap handle.
 	Needs = httpfilter.Needs
+	// Events is a set of the events after the request headers.
+	Events = httpfilter.Events
+	// Call is a filter's state for one RPC, for its events.
+	Call = httpfilter.Call
+	// MessageReceiver, HeaderSender, MessageSender and TrailerSender are
+	// the Calls that handle each event.
+	MessageReceiver = httpfilter.MessageReceiver
+	HeaderSender    = httpfilter.HeaderSender
+	MessageSender   = httpfilter.MessageSender
+	TrailerSender   = httpfilter.TrailerSender
 	// Config is a parsed and validated filter config, top-level or
 	// override. It is immutable; its concrete type is the filter's own.
 	Config = httpfilter.Config
+)
+
+// The events a Call handles (httpfilter's).
+const (
+	ClientMessages = httpfilter.ClientMessages
+	ServerHeaders  = httpfilter.ServerHeaders
+	ServerMessages = httpfilter.ServerMessages
+	ServerTrailers = httpfilter.ServerTrailers
 )
 
 // ErrSkipHandler is httpfilter.ErrSkipHandler.

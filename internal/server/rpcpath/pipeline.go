@@ -58,6 +58,7 @@ type stage struct {
 type filterInfo struct {
 	name    string            // immutable
 	mayWait bool              // the filter reports Needs.After; immutable
+	events  httpfilter.Events // the filter's Needs.Events; immutable
 	metrics *metrics.Listener // counts the filter's errors; nil: not counted; immutable
 	// lastLog is when the pipeline last logged an error of the filter
 	// (Unix nanoseconds): one line per filter per logEvery, however many
@@ -75,6 +76,10 @@ type sequence struct {
 	next    int              // the stage to run next
 	pending httpfilter.After // work the stage before next returned and has not run
 	rpc     httpfilter.RPC   // Header as the stages before next left it
+	// calls are the work that runs which is also a Call (httpfilter.Call),
+	// in http_filters order: each is owed an End, and the ones of an RPC
+	// the filters let through get its events (events.go).
+	calls []call
 }
 
 // errStopped is sequence.run's report, in the tap, that a stage returned
@@ -95,6 +100,7 @@ func (q *sequence) run(ctx context.Context, inTap bool) (out context.Context, er
 	}()
 	if w := q.pending; w != nil {
 		q.pending = nil
+		q.started(w, q.stages[running].filter)
 		if ctx, err = w.RunAfter(ctx); err != nil {
 			return ctx, err
 		}
@@ -122,6 +128,7 @@ func (q *sequence) run(ctx context.Context, inTap bool) (out context.Context, er
 				q.pending = w
 				return ctx, errStopped
 			}
+			q.started(w, st.filter)
 			if ctx, err = w.RunAfter(ctx); err != nil {
 				return ctx, err
 			}
@@ -205,9 +212,14 @@ func unaryAfter(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler g
 		}
 		if err != nil {
 			if errors.Is(err, httpfilter.ErrSkipHandler) {
+				endCalls(ctx, q.calls, nil)
 				return nil, nil
 			}
+			endCalls(ctx, q.calls, err)
 			return nil, err
+		}
+		if len(q.calls) > 0 {
+			return serveUnary(ctx, q.calls, req, handler)
 		}
 	}
 	return handler(ctx, req)
@@ -226,15 +238,20 @@ func streamAfter(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, han
 		}
 		if err != nil {
 			if errors.Is(err, httpfilter.ErrSkipHandler) {
+				endCalls(ctx, q.calls, nil)
 				if !info.IsServerStream {
 					return ss.SendMsg(nil)
 				}
 				return nil
 			}
+			endCalls(ctx, q.calls, err)
 			return err
 		}
 		if ctx != ss.Context() {
 			ss = &streamWithContext{ServerStream: ss, ctx: ctx}
+		}
+		if len(q.calls) > 0 {
+			return serveStream(srv, ss, q.calls, handler)
 		}
 	}
 	return handler(srv, ss)

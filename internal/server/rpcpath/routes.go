@@ -38,7 +38,8 @@ func NewRoutes(router *routing.Router, hcm *filterchain.HTTPConnectionManager, o
 	memo := make(map[stepKey]httpfilter.Step)
 	infos := make([]*filterInfo, len(hcm.Filters))
 	for i, in := range hcm.Filters {
-		infos[i] = &filterInfo{name: in.Name, mayWait: in.Needs().After, metrics: obs.metrics()}
+		n := in.Needs()
+		infos[i] = &filterInfo{name: in.Name, mayWait: n.After, events: n.Events, metrics: obs.metrics()}
 	}
 	var prev []stage
 	for _, route := range routes {
