@@ -23,6 +23,19 @@ type EnvFilter interface {
 	ParseConfigEnv(env any, raw RawConfig) (Config, error)
 }
 
+// EnvOverrideFilter is implemented by filters whose override configs are
+// validated against where they came from, as EnvFilter's top-level
+// configs are (ext_proc: an ExtProcPerRoute may name its own grpc_service,
+// gRFC A93, whose target and credentials gRFC A102 judges by the trust of
+// the management server that sent the resource). The parser calls
+// ParseOverrideEnv, with the value given to WithEnv (nil without one),
+// instead of ParseOverride, for overrides in a Listener's inline
+// RouteConfiguration and in an RDS RouteConfiguration alike.
+type EnvOverrideFilter interface {
+	Filter
+	ParseOverrideEnv(env any, raw RawConfig) (Config, error)
+}
+
 // WithEnv sets what the parser gives EnvFilters, and returns p. The
 // resource decoders pass the bootstrap and the management server the
 // resource came from; the filter package that reads it defines its type.
@@ -37,6 +50,7 @@ type EnvFilter interface {
 func (p *Parser) WithEnv(env any, key string) *Parser {
 	if key != p.envKey {
 		p.memo = map[memoKey]Config{}
+		p.usedEnv = false
 	}
 	p.env, p.envKey = env, key
 	return p
@@ -45,11 +59,21 @@ func (p *Parser) WithEnv(env any, key string) *Parser {
 // EnvKey returns the key given to WithEnv ("" without one).
 func (p *Parser) EnvKey() string { return p.envKey }
 
+// UsedEnv reports whether p gave its env to a filter (EnvFilter,
+// EnvOverrideFilter) for a config or override it parsed since its env key
+// last changed: what p returned then holds only under its EnvKey. A
+// RouteConfiguration whose overrides did is judged again when the same
+// bytes come from a server of another trust.
+func (p *Parser) UsedEnv() bool { return p.usedEnv }
+
 // DependOnEnv reports whether some of filters had its config parsed by an
-// EnvFilter, so that it holds only under the parser's EnvKey.
+// EnvFilter, or is an EnvOverrideFilter whose overrides (those of the
+// chain's inline routes, parsed by the same parser) were, so that it holds
+// only under the parser's EnvKey.
 func DependOnEnv(filters []Instance) bool {
 	for _, in := range filters {
-		if _, ok := in.Filter.(EnvFilter); ok {
+		switch in.Filter.(type) {
+		case EnvFilter, EnvOverrideFilter:
 			return true
 		}
 	}

@@ -405,3 +405,77 @@ func TestInstanceActive(t *testing.T) {
 		})
 	}
 }
+
+// envOverrideTestFilter is testFilter whose overrides are parsed with the
+// parser's env (EnvOverrideFilter): an override holds only under the env
+// "trusted", and records the env it was given.
+type envOverrideTestFilter struct {
+	testFilter
+	envs *[]any
+}
+
+func (f envOverrideTestFilter) ParseOverrideEnv(env any, raw RawConfig) (Config, error) {
+	*f.envs = append(*f.envs, env)
+	if env != "trusted" {
+		*f.parses++
+		return nil, errors.New("not trusted")
+	}
+	return f.ParseOverride(raw)
+}
+
+// TestParserEnvOverride: an EnvOverrideFilter's overrides are parsed with
+// the env WithEnv gave (ParseOverrideEnv, not ParseOverride), memoized
+// under its key only, and the parser reports that it used its env
+// (UsedEnv); its top-level configs are parsed as any filter's, and its
+// instances depend on the env (DependOnEnv).
+func TestParserEnvOverride(t *testing.T) {
+	n := 0
+	var envs []any
+	f := envOverrideTestFilter{testFilter: testFilter{parses: &n}, envs: &envs}
+	p := NewParser(NewRegistry(Router{}, f))
+	got, err := p.HTTPFilters([]*hcmpb.HttpFilter{filter("a", mustAny(t, wrapperspb.String("x")), false), router(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.UsedEnv() {
+		t.Errorf("UsedEnv after parsing a top-level config of a filter that is no EnvFilter = true, want false")
+	}
+	if !DependOnEnv(got) || DependOnEnv(got[1:]) {
+		t.Errorf("DependOnEnv(all) = %v, of the router alone = %v; want true, false", DependOnEnv(got), DependOnEnv(got[1:]))
+	}
+
+	overrides := map[string]*anypb.Any{"a": mustAny(t, wrapperspb.UInt32(7))}
+	if _, err := p.Overrides(overrides); err == nil || len(envs) != 1 || envs[0] != nil {
+		t.Fatalf("Overrides without an env: %v, envs given %v; want the filter to get a nil env and refuse", err, envs)
+	}
+	p.WithEnv("trusted", "trusted")
+	if p.UsedEnv() {
+		t.Errorf("UsedEnv after WithEnv changed the key = true, want false until a filter gets the env")
+	}
+	out, err := p.Overrides(overrides)
+	if err != nil || out["a"] != uint32(7) || len(envs) != 2 || envs[1] != "trusted" {
+		t.Fatalf("Overrides under trusted: %v, %v, envs given %v; want a:7 parsed with env trusted", out, err, envs)
+	}
+	if !p.UsedEnv() {
+		t.Errorf("UsedEnv after an EnvOverrideFilter's override = false, want true")
+	}
+	if _, err := p.WithEnv("trusted", "trusted").Overrides(overrides); err != nil || len(envs) != 2 {
+		t.Errorf("the same key again: %v after %d calls, want the memo's override (no call)", err, len(envs))
+	}
+	if _, err := p.WithEnv("untrusted", "untrusted").Overrides(overrides); err == nil || len(envs) != 3 || envs[2] != "untrusted" {
+		t.Errorf("another key: %v, envs given %v; want the override parsed again with env untrusted and refused", err, envs)
+	}
+
+	// A filter that is neither kind: the env is not used.
+	q, _ := newTestParser()
+	q.WithEnv("trusted", "trusted")
+	if _, err := q.Overrides(overrides); err != nil || q.UsedEnv() {
+		t.Errorf("a plain filter's override: %v, UsedEnv = %v; want success, false", err, q.UsedEnv())
+	}
+	// An EnvFilter's top-level config uses it.
+	m := 0
+	r := NewParser(NewRegistry(Router{}, envTestFilter{testFilter{parses: &m}})).WithEnv("trusted", "trusted")
+	if _, err := r.HTTPFilters([]*hcmpb.HttpFilter{filter("a", mustAny(t, wrapperspb.String("x")), false), router(t)}); err != nil || !r.UsedEnv() {
+		t.Errorf("an EnvFilter's config: %v, UsedEnv = %v; want success, true", err, r.UsedEnv())
+	}
+}

@@ -66,10 +66,11 @@ var clientOnlyOverrides = map[string]bool{
 // and share one Config value. A Parser is not safe for concurrent use; make
 // one per decode.
 type Parser struct {
-	reg    *Registry
-	env    any    // given to EnvFilters; see WithEnv
-	envKey string // identifies env; see WithEnv
-	memo   map[memoKey]Config
+	reg     *Registry
+	env     any    // given to EnvFilters and EnvOverrideFilters; see WithEnv
+	envKey  string // identifies env; see WithEnv
+	usedEnv bool   // see UsedEnv
+	memo    map[memoKey]Config
 }
 
 type memoKey struct {
@@ -227,11 +228,17 @@ func (p *Parser) parse(f Filter, raw RawConfig, override bool) (Config, error) {
 	}
 	var cfg Config
 	var err error
-	switch ef, ok := f.(EnvFilter); {
+	eo, envOverride := f.(EnvOverrideFilter)
+	ec, envConfig := f.(EnvFilter)
+	switch {
+	case override && envOverride:
+		p.usedEnv = true
+		cfg, err = eo.ParseOverrideEnv(p.env, raw)
 	case override:
 		cfg, err = f.ParseOverride(raw)
-	case ok:
-		cfg, err = ef.ParseConfigEnv(p.env, raw)
+	case envConfig:
+		p.usedEnv = true
+		cfg, err = ec.ParseConfigEnv(p.env, raw)
 	default:
 		cfg, err = f.ParseConfig(raw)
 	}

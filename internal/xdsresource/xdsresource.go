@@ -84,12 +84,20 @@ type RouteConfig struct {
 	// Router selects virtual hosts and routes.
 	Router *routing.Router
 	raw    *anypb.Any
+	// envKey is the Key of the grpcservice.Env the overrides were parsed
+	// under when one of them depended on it (httpfilter.Parser.UsedEnv:
+	// ext_proc's grpc_service); "" otherwise.
+	envKey string
 }
 
-// Equal reports whether o is a RouteConfig with the same contents.
+// Equal reports whether o is a RouteConfig with the same contents. Two
+// RouteConfigs whose overrides depend on the trust of the server that sent
+// them (gRFC A102) are equal only if that trust is the same: the same bytes
+// from a server of another trust (an A71 fallback) may name the same side
+// channel with other credentials, a change its watchers must hear of.
 func (r *RouteConfig) Equal(o xdsclient.ResourceData) bool {
 	or, ok := o.(*RouteConfig)
-	return ok && sameResource(r.raw, or.raw, func() proto.Message { return &routepb.RouteConfiguration{} })
+	return ok && r.envKey == or.envKey && sameResource(r.raw, or.raw, func() proto.Message { return &routepb.RouteConfiguration{} })
 }
 
 // sameResource compares two received resources: equal bytes are the common
@@ -155,14 +163,24 @@ func certProviderInstances(cfg *bootstrap.Config) map[string]bool {
 	return out
 }
 
+// decodeRouteConfig decodes and validates a RouteConfiguration. Its
+// typed_per_filter_config overrides are parsed, as a Listener's filters
+// are, with the bootstrap and the trust of the server that sent it (gRFC
+// A102): an override may name a side channel (ext_proc's grpc_service).
 func decodeRouteConfig(in xdsclient.DecodeInput) (string, xdsclient.ResourceData, error) {
 	rc := &routepb.RouteConfiguration{}
 	if err := proto.Unmarshal(in.Resource.GetValue(), rc); err != nil {
 		return "", nil, fmt.Errorf("xdsresource: malformed RouteConfiguration: %w", err)
 	}
-	router, err := routing.Compile(rc, httpfilter.NewParser(builtin.Registry))
+	env := grpcservice.EnvOf(in.Bootstrap, in.Server)
+	parser := httpfilter.NewParser(builtin.Registry).WithEnv(env, env.Key())
+	router, err := routing.Compile(rc, parser)
 	if err != nil {
 		return rc.GetName(), nil, err
 	}
-	return rc.GetName(), &RouteConfig{Name: rc.GetName(), Router: router, raw: in.Resource}, nil
+	out := &RouteConfig{Name: rc.GetName(), Router: router, raw: in.Resource}
+	if parser.UsedEnv() {
+		out.envKey = parser.EnvKey()
+	}
+	return rc.GetName(), out, nil
 }
