@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"slices"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -45,6 +46,14 @@ type call struct {
 func (q *sequence) started(w httpfilter.After, f *filterInfo) {
 	if c, ok := w.(httpfilter.Call); ok {
 		q.calls = append(q.calls, call{c: c, filter: f})
+	}
+}
+
+// refusedBy records that w, whose RunAfter just refused the RPC, was the
+// last call started (if it is a call).
+func (q *sequence) refusedBy(w httpfilter.After) {
+	if _, ok := w.(httpfilter.Call); ok {
+		q.callRefused = true
 	}
 }
 
@@ -185,12 +194,25 @@ func (e *eventRPC) endedWith() error {
 }
 
 // rpcError is the status a call's error gives the client: a status error
-// keeps its code, others are UNKNOWN (as a handler's error).
+// keeps its code, others are UNKNOWN (as a handler's error);
+// httpfilter.ErrSkipHandler ends the RPC with OK (okEnd).
 func rpcError(err error) error {
+	if errors.Is(err, httpfilter.ErrSkipHandler) {
+		return err
+	}
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
 	return status.Error(codes.Unknown, err.Error())
+}
+
+// statusOf returns the status the client gets for err, the RPC's end: nil
+// for OK (a call's httpfilter.ErrSkipHandler).
+func statusOf(err error) error {
+	if errors.Is(err, httpfilter.ErrSkipHandler) {
+		return nil
+	}
+	return err
 }
 
 // hook runs f, one method of c: a panic becomes INTERNAL, logged and
@@ -499,6 +521,7 @@ func (e *eventRPC) finish(herr error) error {
 	if st != nil {
 		st = status.Convert(st).Err() // what gRPC sends for it
 	}
+	conv := st
 	if err := e.sendHeaders(false, e.sent == 0 && len(e.unaryOut) == 0); err != nil {
 		return err
 	}
@@ -530,6 +553,11 @@ func (e *eventRPC) finish(herr error) error {
 		} else if err := e.ts.SetTrailer(trailer); err != nil && st == nil {
 			st = err
 		}
+	}
+	if st == conv {
+		// Unchanged: the error as given, with what it carries besides
+		// its status (an access log's response flags).
+		return herr
 	}
 	return st
 }
@@ -594,6 +622,35 @@ func (s *eventStream) RecvMsg(m any) error {
 	return s.e.recvMsg(m)
 }
 
+// refuse ends an RPC a filter refused after calls of filters before it
+// started, as Envoy sends a local reply through the encoder filters before
+// the one that replied: their HeaderSenders (endOfStream) and
+// TrailerSenders see the refusal, and may change its headers, trailers
+// and status; then every call ends. ss is nil for a unary RPC. It returns
+// the status the client gets.
+func refuse(ctx context.Context, ss grpc.ServerStream, q *sequence, err error) error {
+	calls := q.calls
+	if q.callRefused {
+		// The call that refused does not see its own refusal.
+		calls = calls[:len(calls)-1]
+	}
+	if len(calls) > 0 {
+		e, eerr := newEventRPC(ctx, slices.Clone(calls), ss == nil)
+		switch {
+		case eerr != nil:
+			err = eerr
+		case e != nil:
+			e.ss, e.ts = ss, grpc.ServerTransportStreamFromContext(ctx)
+			if e.ss != nil || e.ts != nil {
+				err = statusOf(e.finish(err))
+			}
+			e.cancel()
+		}
+	}
+	endCalls(ctx, q.calls, err)
+	return err
+}
+
 // serveUnary runs a unary RPC whose filters left calls: the handler with
 // the response path, then the calls' ends.
 func serveUnary(ctx context.Context, calls []call, req any, handler grpc.UnaryHandler) (resp any, err error) {
@@ -612,10 +669,15 @@ func serveUnary(ctx context.Context, calls []call, req any, handler grpc.UnaryHa
 	}
 	e.hctx = grpc.NewContextWithServerTransportStream(e.ctx, transportStream{e})
 	if req, err = e.recvUnary(req); err != nil {
-		return nil, err
+		return nil, statusOf(err)
 	}
 	resp, herr := handler(e.hctx, req)
-	return e.finishUnary(resp, herr)
+	resp, err = e.finishUnary(resp, herr)
+	if err != nil && statusOf(err) == nil {
+		// A call ended the RPC with OK: as a filter's ErrSkipHandler.
+		return nil, nil
+	}
+	return resp, err
 }
 
 // serveStream is serveUnary for a streaming RPC.
@@ -637,5 +699,5 @@ func serveStream(srv any, ss grpc.ServerStream, calls []call, handler grpc.Strea
 		e.hctx = grpc.NewContextWithServerTransportStream(e.ctx, transportStream{e})
 	}
 	herr := handler(srv, &eventStream{ServerStream: ss, e: e})
-	return e.finish(herr)
+	return statusOf(e.finish(herr))
 }

@@ -414,8 +414,11 @@ func TestEventsBrokenCall(t *testing.T) {
 }
 
 // TestEventsRefusedRPC: when a filter refuses the RPC after an earlier
-// one's call started, that call ends with the refusal, and no event
-// reaches it or the handler.
+// one's call started, the refusal goes through that call's headers and
+// trailers (as Envoy's local reply goes through the encoder filters before
+// the one that replied), not through the refusing call's own, and no
+// message reaches a call or the handler; every call ends with the
+// refusal.
 func TestEventsRefusedRPC(t *testing.T) {
 	log := &evLog{}
 	c := evServer(t, unaryEcho{log: log}, false,
@@ -425,5 +428,5 @@ func TestEventsRefusedRPC(t *testing.T) {
 	if status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("UnaryCall = %v, want UNAUTHENTICATED", err)
 	}
-	sameLog(t, log.get(), []string{"a headers", "b headers", "a end Unauthenticated", "b end Unauthenticated"})
+	sameLog(t, log.get(), []string{"a headers", "b headers", "a send-header eos=true", "a trailer Unauthenticated", "a end Unauthenticated", "b end Unauthenticated"})
 }

@@ -80,6 +80,8 @@ type sequence struct {
 	// in http_filters order: each is owed an End, and the ones of an RPC
 	// the filters let through get its events (events.go).
 	calls []call
+	// callRefused: the last of calls refused the RPC in its RunAfter.
+	callRefused bool
 }
 
 // errStopped is sequence.run's report, in the tap, that a stage returned
@@ -102,6 +104,7 @@ func (q *sequence) run(ctx context.Context, inTap bool) (out context.Context, er
 		q.pending = nil
 		q.started(w, q.stages[running].filter)
 		if ctx, err = w.RunAfter(ctx); err != nil {
+			q.refusedBy(w)
 			return ctx, err
 		}
 		// gRPC keeps no header map past the tap: after the move, the
@@ -130,6 +133,7 @@ func (q *sequence) run(ctx context.Context, inTap bool) (out context.Context, er
 			}
 			q.started(w, st.filter)
 			if ctx, err = w.RunAfter(ctx); err != nil {
+				q.refusedBy(w)
 				return ctx, err
 			}
 		}
@@ -215,8 +219,7 @@ func unaryAfter(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler g
 				endCalls(ctx, q.calls, nil)
 				return nil, nil
 			}
-			endCalls(ctx, q.calls, err)
-			return nil, err
+			return nil, refuse(ctx, nil, q, err)
 		}
 		if len(q.calls) > 0 {
 			return serveUnary(ctx, q.calls, req, handler)
@@ -244,8 +247,7 @@ func streamAfter(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, han
 				}
 				return nil
 			}
-			endCalls(ctx, q.calls, err)
-			return err
+			return refuse(ctx, ss, q, err)
 		}
 		if ctx != ss.Context() {
 			ss = &streamWithContext{ServerStream: ss, ctx: ctx}
