@@ -1,0 +1,146 @@
+// Package extproc is the ext_proc HTTP filter on the server
+// (envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor), following
+// the draft of gRFC A93: for each RPC on a route where it is active, one
+// envoy.service.ext_proc.v3.ExternalProcessor stream to the configured
+// processor carries the events of the RPC the processing mode names (the
+// client's headers, messages and half-close; the server's headers,
+// messages and trailers), and the processor's answers change them: header
+// mutations, replaced or dropped messages, an immediate response that ends
+// the RPC.
+//
+// The filter is the first full user of the server's response path
+// (httpfilter.Call): its step returns a call per RPC whose RunAfter sends
+// the request headers, and whose hooks send the later events, each waiting
+// for the processor's answer (unless in observability mode), on the RPC's
+// own goroutines. The side channel is internal/grpcservice's, as
+// ext_authz's (gRFC A102).
+package extproc
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"google.golang.org/grpc/grpclog"
+
+	"github.com/proxyless-grpc/xds/internal/grpcservice"
+	"github.com/proxyless-grpc/xds/internal/httpfilter"
+)
+
+var logger = grpclog.Component("xds")
+
+// Type URLs of the filter's configs.
+const (
+	ConfigTypeURL   = "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor"
+	OverrideTypeURL = "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute"
+)
+
+// EnvDisable is gRFC A93's guard. The filter is on by default here, as
+// ext_authz is; the variable set to "false" turns it off (the filter's
+// type is then unknown, and a Listener that requires it is NACKed).
+const EnvDisable = "GRPC_EXPERIMENTAL_XDS_EXT_PROC"
+
+// Enabled reports whether the filter is on (see EnvDisable).
+func Enabled() bool { return !strings.EqualFold(os.Getenv(EnvDisable), "false") }
+
+// Filter is the ext_proc HTTP filter.
+type Filter struct{}
+
+// ConfigTypeURLs implements httpfilter.Filter.
+func (Filter) ConfigTypeURLs() []string { return []string{ConfigTypeURL} }
+
+// OverrideTypeURLs implements httpfilter.Filter.
+func (Filter) OverrideTypeURLs() []string { return []string{OverrideTypeURL} }
+
+// IsTerminal implements httpfilter.Filter.
+func (Filter) IsTerminal() bool { return false }
+
+// Needs implements httpfilter.NeedsReporter: the request headers go to the
+// processor after the tap, and every later event may.
+func (Filter) Needs() httpfilter.Needs {
+	return httpfilter.Needs{After: true, Events: httpfilter.ClientMessages | httpfilter.ServerHeaders | httpfilter.ServerMessages | httpfilter.ServerTrailers}
+}
+
+// CallsOut implements httpfilter.SideCaller: the request's headers go to
+// the processor.
+func (Filter) CallsOut() bool { return true }
+
+// ParseConfig implements httpfilter.Filter, for a config whose origin is
+// unknown (see ParseConfigEnv).
+func (f Filter) ParseConfig(raw httpfilter.RawConfig) (httpfilter.Config, error) {
+	return f.ParseConfigEnv(nil, raw)
+}
+
+// ParseConfigEnv implements httpfilter.EnvFilter: env is the
+// *grpcservice.Env of the management server that sent the config.
+func (Filter) ParseConfigEnv(env any, raw httpfilter.RawConfig) (httpfilter.Config, error) {
+	if !Enabled() {
+		return nil, fmt.Errorf("the ext_proc filter is turned off by %s=false", EnvDisable)
+	}
+	return parseConfigRaw(env, raw)
+}
+
+// ParseOverride implements httpfilter.Filter (see ParseOverrideEnv).
+func (f Filter) ParseOverride(raw httpfilter.RawConfig) (httpfilter.Config, error) {
+	return f.ParseOverrideEnv(nil, raw)
+}
+
+// ParseOverrideEnv implements httpfilter.EnvOverrideFilter: an override's
+// grpc_service is judged by the trust of the server that sent the resource
+// carrying it (a RouteConfiguration from RDS as much as a Listener).
+func (Filter) ParseOverrideEnv(env any, raw httpfilter.RawConfig) (httpfilter.Config, error) {
+	return parseOverrideRaw(env, raw)
+}
+
+// BuildStep implements httpfilter.Filter: the route's config is the
+// instance's merged with the route's override.
+func (Filter) BuildStep(instance string, config, override httpfilter.Config) (httpfilter.Step, error) {
+	c, ok := config.(*Config)
+	if !ok {
+		return nil, fmt.Errorf("ext_proc: config of type %T", config)
+	}
+	var o *Override
+	if override != nil {
+		if o, ok = override.(*Override); !ok {
+			return nil, fmt.Errorf("ext_proc: override of type %T", override)
+		}
+	}
+	s := &step{name: instance, cfg: c.Merge(o)}
+	// The instance's channel is held while its chain serves (Acquire); a
+	// route's own is held by each RPC that uses it.
+	s.perRPC = o != nil && o.Service != nil && o.Service != c.Service
+	return s, nil
+}
+
+// Acquire implements httpfilter.Acquirer: the side channel is open while a
+// filter chain serves with the config.
+func (Filter) Acquire(config httpfilter.Config) func() {
+	c, ok := config.(*Config)
+	if !ok || c.Service == nil {
+		return func() {}
+	}
+	return c.Service.Hold("ext_proc")
+}
+
+// Describe implements httpfilter.Describer.
+func (Filter) Describe(config httpfilter.Config) string {
+	c, ok := config.(*Config)
+	if !ok || c.Service == nil {
+		return ""
+	}
+	fail := "failure fails the RPC with UNAVAILABLE"
+	if c.FailureModeAllow {
+		fail = "failure allows"
+	}
+	obs := ""
+	if c.Observability {
+		obs = "; observability mode"
+	}
+	return fmt.Sprintf("processor %q (credentials: %s; %s; %s%s)", c.Service.Target, c.Service.CredsSource, c.Mode, fail, obs)
+}
+
+var _ httpfilter.EnvFilter = Filter{}
+var _ httpfilter.Acquirer = Filter{}
+
+// grpcserviceOf is the Service a route's RPCs use.
+func (s *step) service() *grpcservice.Service { return s.cfg.Service }
