@@ -23,6 +23,7 @@ import (
 	extprocpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	authpb "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -515,5 +516,56 @@ func TestExtProc_PerRoute(t *testing.T) {
 	}
 	if n := len(p.Streams()); n != 1 {
 		t.Errorf("%d processor streams, want 1 (the filter is disabled on EmptyCall's route)", n)
+	}
+}
+
+// TestExtProc_ResponseOrder: response events go through the filters in
+// reverse http_filters order, as Envoy's encoder filters: with [ext_authz,
+// ext_proc] the processor does not see the response header ext_authz adds
+// (ext_authz adds it after), with [ext_proc, ext_authz] it does; the
+// client gets it either way.
+func TestExtProc_ResponseOrder(t *testing.T) {
+	ctx := testContext(t)
+	a := startAuthzServer(t)
+	a.set(func(context.Context, *authpb.CheckRequest) (*authpb.CheckResponse, error) {
+		r := okResponse()
+		r.GetOkResponse().ResponseHeadersToAdd = []*corepb.HeaderValueOption{hvo("x-authz", "checked")}
+		return r, nil
+	})
+	p := extprocserver.Start(t, extprocserver.PassThrough())
+	env := authzEnv(t, false, a.addr, p.Addr())
+	authz := httpFilter(t, "authz", extAuthz(a.addr))
+	proc := httpFilter(t, "proc", extProc(p.Addr(), headersOnly()))
+	for i, tc := range []struct {
+		name     string
+		filters  []*hcmpb.HttpFilter
+		procSees bool
+	}{
+		{"ext_authz then ext_proc", []*hcmpb.HttpFilter{authz, proc}, false},
+		{"ext_proc then ext_authz", []*hcmpb.HttpFilter{proc, authz}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := startExtProc(ctx, t, env, allRoutes("routes"), tc.filters...)
+			var hdr metadata.MD
+			if err := rpcResult(ctx, c, "EmptyCall", grpc.Header(&hdr)); err != nil {
+				t.Fatal(err)
+			}
+			if got := hdr.Get("x-authz"); len(got) != 1 {
+				t.Errorf("client got x-authz %q, want [checked]", got)
+			}
+			recs, err := p.WaitEnded(ctx, i+1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sees bool
+			for _, q := range recs[i].Requests {
+				if h := q.GetResponseHeaders(); h != nil {
+					sees = len(extprocserver.HeaderValues(h.GetHeaders(), "x-authz")) > 0
+				}
+			}
+			if sees != tc.procSees {
+				t.Errorf("the processor saw ext_authz's response header: %v, want %v", sees, tc.procSees)
+			}
+		})
 	}
 }

@@ -29,6 +29,9 @@ import (
 type check struct {
 	step *step
 	req  httpfilter.Request
+	// The allowed RPC's response_headers_to_add, added on the response
+	// path (a call for the response headers when there are some).
+	httpfilter.ResponseHeaders
 }
 
 // RunAfter implements httpfilter.After: it sends the Check and applies its
@@ -156,12 +159,10 @@ func (c *check) allow(ctx context.Context, md metadata.MD, ok *authpb.OkHttpResp
 			}
 		}
 	}
-	if len(respHeaders) > 0 {
-		// Sent with the response's first message or its headers, or, when
-		// the RPC fails first, in a headers frame before its status (gRPC
-		// ends an RPC Trailers-Only only when no header was set).
-		_ = grpc.SetHeader(ctx, respHeaders)
-	}
+	// Added to the response's headers at the filter's place on the
+	// response path, also when the RPC fails (a headers frame before its
+	// status).
+	c.Add(respHeaders)
 	s.count(ctx, outcomeAllowed)
 	if changed {
 		return metadata.NewIncomingContext(ctx, md), nil

@@ -88,8 +88,11 @@ func (Filter) OverrideTypeURLs() []string { return []string{OverrideTypeURL} }
 // IsTerminal implements httpfilter.Filter.
 func (Filter) IsTerminal() bool { return false }
 
-// Needs implements httpfilter.NeedsReporter: the check runs after the tap.
-func (Filter) Needs() httpfilter.Needs { return httpfilter.Needs{After: true} }
+// Needs implements httpfilter.NeedsReporter: the check runs after the tap,
+// and an allowed RPC's response_headers_to_add go on the response path.
+func (Filter) Needs() httpfilter.Needs {
+	return httpfilter.Needs{After: true, Events: httpfilter.ServerHeaders}
+}
 
 // CallsOut implements httpfilter.SideCaller: the request's headers go to
 // the authorization server.

@@ -79,7 +79,9 @@ func (Filter) OverrideTypeURLs() []string { return []string{OverrideTypeURL} }
 func (Filter) IsTerminal() bool { return false }
 
 // Needs implements httpfilter.NeedsReporter: the call runs after the tap.
-func (Filter) Needs() httpfilter.Needs { return httpfilter.Needs{After: true} }
+func (Filter) Needs() httpfilter.Needs {
+	return httpfilter.Needs{After: true, Events: httpfilter.ServerHeaders}
+}
 
 // CallsOut implements httpfilter.SideCaller: descriptors built from the
 // request go to the rate limit service.

@@ -78,6 +78,9 @@ func (s *step) Run(ctx context.Context, rpc httpfilter.RPC) (context.Context, ht
 type call struct {
 	step        *step
 	descriptors []ratelimitdesc.Descriptor
+	// The headers the answer adds to a response the filter lets through,
+	// added on the response path.
+	httpfilter.ResponseHeaders
 }
 
 // RunAfter implements httpfilter.After: it asks the rate limit service and
@@ -114,11 +117,10 @@ func (c *call) RunAfter(ctx context.Context) (context.Context, error) {
 	}
 	// OK, and UNKNOWN as Envoy takes it: not over the limit.
 	s.count(ctx, outcomeOK)
-	if hdr := c.responseHeaders(resp, false); len(hdr) > 0 {
-		// Sent with the response's headers, also when the RPC fails later
-		// (gRPC then sends them before its status).
-		_ = grpc.SetHeader(ctx, hdr)
-	}
+	// Added to the response's headers at the filter's place on the
+	// response path, also when the RPC fails later (gRPC then sends them
+	// before its status).
+	c.Add(c.responseHeaders(resp, false))
 	if len(resp.GetRequestHeadersToAdd()) == 0 {
 		return ctx, nil
 	}

@@ -642,12 +642,24 @@ func refuse(ctx context.Context, ss grpc.ServerStream, q *sequence, err error) e
 		case e != nil:
 			e.ss, e.ts = ss, grpc.ServerTransportStreamFromContext(ctx)
 			if e.ss != nil || e.ts != nil {
-				err = statusOf(e.finish(err))
+				if skip := errors.Is(err, httpfilter.ErrSkipHandler); skip {
+					// Ended OK without the handler: the response is
+					// an empty message (for a unary RPC), so not
+					// Trailers-Only; the hooks may still fail it.
+					if ss == nil {
+						e.sent++
+					}
+					if st := e.finish(nil); st != nil {
+						err = st
+					}
+				} else {
+					err = statusOf(e.finish(err))
+				}
 			}
 			e.cancel()
 		}
 	}
-	endCalls(ctx, q.calls, err)
+	endCalls(ctx, q.calls, statusOf(err))
 	return err
 }
 

@@ -215,11 +215,10 @@ func unaryAfter(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler g
 			responseinfo.RequestChanged(ctx)
 		}
 		if err != nil {
-			if errors.Is(err, httpfilter.ErrSkipHandler) {
-				endCalls(ctx, q.calls, nil)
+			if err = refuse(ctx, nil, q, err); errors.Is(err, httpfilter.ErrSkipHandler) {
 				return nil, nil
 			}
-			return nil, refuse(ctx, nil, q, err)
+			return nil, err
 		}
 		if len(q.calls) > 0 {
 			return serveUnary(ctx, q.calls, req, handler)
@@ -240,14 +239,13 @@ func streamAfter(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, han
 			responseinfo.RequestChanged(ctx)
 		}
 		if err != nil {
-			if errors.Is(err, httpfilter.ErrSkipHandler) {
-				endCalls(ctx, q.calls, nil)
+			if err = refuse(ctx, ss, q, err); errors.Is(err, httpfilter.ErrSkipHandler) {
 				if !info.IsServerStream {
 					return ss.SendMsg(nil)
 				}
 				return nil
 			}
-			return refuse(ctx, ss, q, err)
+			return err
 		}
 		if ctx != ss.Context() {
 			ss = &streamWithContext{ServerStream: ss, ctx: ctx}
