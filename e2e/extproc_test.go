@@ -35,6 +35,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/proxyless-grpc/xds"
+	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/extprocserver"
 )
 
@@ -64,8 +66,14 @@ func headersOnly() *extprocpb.ProcessingMode { return &extprocpb.ProcessingMode{
 // "proc" with cfg first) over rc, with the user's interceptors recorded.
 func startExtProc(ctx context.Context, t *testing.T, env *testEnv, rc *routepb.RouteConfiguration, filters ...*hcmpb.HttpFilter) (*testClient, *handlerRecorder) {
 	t.Helper()
+	return startExtProcWith(ctx, t, env, rc, nil, filters...)
+}
+
+// startExtProcWith is startExtProc with the server's options opts.
+func startExtProcWith(ctx context.Context, t *testing.T, env *testEnv, rc *routepb.RouteConfiguration, opts []grpc.ServerOption, filters ...*hcmpb.HttpFilter) (*testClient, *handlerRecorder) {
+	t.Helper()
 	rec := &handlerRecorder{}
-	_, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener { return filtersListener(a, filters, rc, "") }, nil, rec.options()...)
+	_, addr := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener { return filtersListener(a, filters, rc, "") }, nil, append(rec.options(), opts...)...)
 	return connected(ctx, t, addr), rec
 }
 
@@ -567,5 +575,37 @@ func TestExtProc_ResponseOrder(t *testing.T) {
 				t.Errorf("the processor saw ext_authz's response header: %v, want %v", sees, tc.procSees)
 			}
 		})
+	}
+}
+
+// TestExtProc_Metrics: gRFC A93's four server-side histograms record the
+// time the filter held each event it sent: the client's headers and
+// half-close, the server's headers and trailers.
+func TestExtProc_Metrics(t *testing.T) {
+	ctx := testContext(t)
+	p := extprocserver.Start(t, extprocserver.PassThrough())
+	env := authzEnv(t, false, p.Addr())
+	mr := testutils.NewMetricReader(t)
+	c, _ := startExtProcWith(ctx, t, env, allRoutes("routes"), []grpc.ServerOption{xds.MeterProvider(mr.Provider)}, httpFilter(t, "proc", extProc(p.Addr(), allEvents())))
+	st, err := c.FullDuplexCall(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One message, so that the response is not Trailers-Only (whose
+	// headers carry the end, with no trailers event).
+	if err := st.Send(&testpb.StreamingOutputCallRequest{Payload: &testpb.Payload{Body: []byte("m")}}); err != nil {
+		t.Fatal(err)
+	}
+	st.CloseSend()
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != io.EOF {
+		t.Fatalf("stream ended with %v, want OK", err)
+	}
+	for _, name := range []string{"client_headers", "client_half_close", "server_headers", "server_trailers"} {
+		if n := mr.HistogramCount(t, "grpc.server_ext_proc."+name+"_duration"); n != 1 {
+			t.Errorf("grpc.server_ext_proc.%s_duration recorded %d values, want 1", name, n)
+		}
 	}
 }

@@ -1,6 +1,9 @@
 package httpfilter
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Outcomes describes what the steps of a filter count: RPCs by one of a
 // few outcomes (allowed or denied; refused or let through in shadow mode;
@@ -54,4 +57,34 @@ type CountingFilter interface {
 type CountingStep interface {
 	Step
 	WithCounter(c Counter) Step
+}
+
+// Timings describes the durations a filter's steps record (gRFC A93's
+// grpc.server_ext_proc.*_duration): one OpenTelemetry histogram per name in
+// Metrics, in seconds, with no attribute, and gRPC's latency buckets (gRFC
+// A66). A filter declares it by implementing TimingFilter; the server then
+// gives each step that implements TimingStep a Timer. Immutable; filters
+// return one value for the process.
+type Timings struct {
+	Metrics, Descriptions []string
+}
+
+// Timer records one step's durations (the index in Timings.Metrics). It
+// takes no lock and allocates nothing.
+type Timer interface {
+	Record(ctx context.Context, metric int, d time.Duration)
+}
+
+// TimingFilter is implemented by filters whose steps record durations.
+type TimingFilter interface {
+	Filter
+	Timings() *Timings
+}
+
+// TimingStep is implemented by the steps of a TimingFilter: WithTimer
+// returns the step recording with t (a copy). The server calls it once per
+// step when it builds the routes, and only when a MeterProvider records.
+type TimingStep interface {
+	Step
+	WithTimer(t Timer) Step
 }

@@ -17,6 +17,7 @@ package metrics
 import (
 	"context"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -92,8 +93,9 @@ type Server struct {
 	tls              *tlsInstruments
 	meter            metric.Meter
 
-	mu       sync.Mutex
-	counters map[string]metric.Int64Counter // the HTTP filters' outcome counters, by name; guarded by mu
+	mu         sync.Mutex
+	counters   map[string]metric.Int64Counter     // the HTTP filters' outcome counters, by name; guarded by mu
+	histograms map[string]metric.Float64Histogram // the HTTP filters' duration histograms, by name; guarded by mu
 }
 
 // NewServer creates the instruments on mp. A nil mp returns nil, which
@@ -328,4 +330,60 @@ func (s *Server) counter(name, unit, description string) metric.Int64Counter {
 // addWith is the option that records with exactly the attributes kvs.
 func addWith(kvs ...attribute.KeyValue) []metric.AddOption {
 	return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(kvs...))}
+}
+
+// latencyBuckets are gRPC's bucket boundaries for latency histograms, in
+// seconds (gRFC A66).
+var latencyBuckets = []float64{0, 0.00001, 0.00005, 0.0001, 0.0003, 0.0006, 0.0008, 0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.008, 0.01, 0.013, 0.016, 0.02, 0.025, 0.03, 0.04, 0.05, 0.065, 0.08, 0.1, 0.13, 0.16, 0.2, 0.25, 0.3, 0.4, 0.5, 0.65, 0.8, 1, 2, 5, 10, 20, 50, 100}
+
+// Durations returns the recorder of the histograms names (in seconds, no
+// attribute, with descriptions descs), created the first time a filter asks
+// for them; nil (which records nothing) without metrics. Create it when
+// routes are built, not per RPC.
+func (l *Listener) Durations(names, descs []string) *Durations {
+	if l == nil || len(names) == 0 {
+		return nil
+	}
+	d := &Durations{h: make([]metric.Float64Histogram, len(names))}
+	for i, name := range names {
+		desc := ""
+		if i < len(descs) {
+			desc = descs[i]
+		}
+		d.h[i] = l.s.histogram(name, desc)
+	}
+	return d
+}
+
+// Durations records durations in histograms. Immutable.
+type Durations struct {
+	h []metric.Float64Histogram // an entry is nil if the provider could not create it
+}
+
+// Record records d in the histogram i. It allocates nothing.
+func (d *Durations) Record(ctx context.Context, i int, dur time.Duration) {
+	if d == nil || d.h[i] == nil {
+		return
+	}
+	d.h[i].Record(ctx, dur.Seconds())
+}
+
+// histogram returns the latency histogram named name, creating it on first
+// use; nil if the provider cannot create it (logged once).
+func (s *Server) histogram(name, description string) metric.Float64Histogram {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h, ok := s.histograms[name]; ok {
+		return h
+	}
+	h, err := s.meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(description), metric.WithExplicitBucketBoundaries(latencyBuckets...))
+	if err != nil {
+		logger.Errorf("xds: creating metric %s: %v", name, err)
+		h = nil
+	}
+	if s.histograms == nil {
+		s.histograms = make(map[string]metric.Float64Histogram)
+	}
+	s.histograms[name] = h
+	return h
 }

@@ -120,3 +120,30 @@ func matches(got map[string]string, want []attribute.KeyValue) bool {
 	}
 	return true
 }
+
+// HistogramCount returns how many values the float64 histogram name has
+// recorded, over all its points (0 if it was not recorded). It fails the
+// test if collection fails or the metric is not a float64 histogram.
+func (r *MetricReader) HistogramCount(t testing.TB, name string) uint64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatalf("collecting metrics: %v", err)
+	}
+	var n uint64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			h, ok := m.Data.(metricdata.Histogram[float64])
+			if !ok {
+				t.Fatalf("metric %q has data of type %T, want a float64 histogram", name, m.Data)
+			}
+			for _, p := range h.DataPoints {
+				n += p.Count
+			}
+		}
+	}
+	return n
+}

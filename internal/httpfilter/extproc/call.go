@@ -30,8 +30,9 @@ import (
 // step is the filter's work on one route. Immutable.
 type step struct {
 	name   string
-	cfg    *Config // the instance's config merged with the route's override
-	perRPC bool    // cfg.Service is the route's own: each RPC acquires it
+	cfg    *Config          // the instance's config merged with the route's override
+	perRPC bool             // cfg.Service is the route's own: each RPC acquires it
+	timer  httpfilter.Timer // records gRFC A93's durations; nil: none
 }
 
 // Run starts the RPC's call; everything it does happens after the tap.
@@ -107,7 +108,8 @@ type call struct {
 	// (end_of_stream on a request_body answer).
 	clientClosed bool
 
-	sendMu sync.Mutex // orders Send on the stream (both directions send)
+	sendMu     sync.Mutex    // orders Send on the stream (both directions send)
+	readerDone chan struct{} // closed when the reader has returned
 }
 
 // waiter is an event sent and waiting for its answer.
@@ -133,6 +135,7 @@ func (c *call) RunAfter(ctx context.Context) (context.Context, error) {
 	if !c.mode.RequestHeaders {
 		return ctx, nil
 	}
+	defer c.step.record(ctx, durClientHeaders, time.Now())
 	md, _ := metadata.FromIncomingContext(ctx) // a copy
 	if md == nil {
 		md = metadata.MD{}
@@ -203,6 +206,7 @@ func (c *call) RecvMessage(ctx context.Context, next func() ([]byte, error)) ([]
 		body := &pb.HttpBody{Body: b, EndOfStream: eos}
 		if b == nil {
 			body.EndOfStreamWithoutMessage = true
+			defer c.step.record(ctx, durClientHalfClose, time.Now())
 		}
 		resp, xerr := c.exchange(ctx, kindRequestBody, &pb.ProcessingRequest{Request: &pb.ProcessingRequest_RequestBody{RequestBody: body}})
 		if xerr != nil {
@@ -217,6 +221,15 @@ func (c *call) RecvMessage(ctx context.Context, next func() ([]byte, error)) ([]
 		msg, closed, xerr := c.body(resp.GetRequestBody().GetResponse(), b)
 		if xerr != nil {
 			return nil, xerr
+		}
+		if b == nil && len(msg) == 0 {
+			// The answer to a half-close without a message: an empty
+			// body is no message, whatever end_of_stream_without_message
+			// says. Processors written before that field (Envoy's
+			// FULL_DUPLEX_STREAMED ones, Istio's endpoint picker) echo
+			// the empty body; an empty message added at the half-close
+			// is not what they mean.
+			msg = nil
 		}
 		if closed && !eos {
 			// The processor ended the client's messages early: the
@@ -259,6 +272,7 @@ func (c *call) SendHeader(ctx context.Context, header map[string][]string, endOf
 		c.trailersOnly = true
 		c.mu.Unlock()
 	}
+	defer c.step.record(ctx, durServerHeaders, time.Now())
 	resp, err := c.exchange(ctx, kindResponseHeaders, req)
 	if err != nil || resp == nil {
 		return err
@@ -311,6 +325,7 @@ func (c *call) SendTrailer(ctx context.Context, rpcErr error, trailer map[string
 	req := &pb.ProcessingRequest{Request: &pb.ProcessingRequest_ResponseTrailers{ResponseTrailers: &pb.HttpTrailers{
 		Trailers: c.headerMap(trailer, pseudo),
 	}}}
+	defer c.step.record(ctx, durServerTrailers, time.Now())
 	resp, err := c.exchange(ctx, kindResponseTrailers, req)
 	if err != nil {
 		return err
@@ -334,7 +349,7 @@ func (c *call) SendTrailer(ctx context.Context, rpcErr error, trailer map[string
 // sent), and the route's own channel is released.
 func (c *call) End(error) {
 	c.mu.Lock()
-	stream, cancel, release := c.stream, c.cancel, c.release
+	stream, cancel, release, readerDone := c.stream, c.cancel, c.release, c.readerDone
 	c.release = nil
 	c.st = stateDone
 	c.mu.Unlock()
@@ -344,23 +359,31 @@ func (c *call) End(error) {
 		}
 		return
 	}
+	// Half-close, so that the processor ends the stream OK (as Envoy
+	// does), and cancel it when the processor has, or after the grace
+	// period: deferred_close_timeout in observability mode, where the
+	// processor may still be reading what was sent; closeGrace otherwise.
+	c.sendMu.Lock()
+	_ = stream.CloseSend()
+	c.sendMu.Unlock()
+	grace := closeGrace
 	if c.cfg.Observability {
-		c.sendMu.Lock()
-		_ = stream.CloseSend()
-		c.sendMu.Unlock()
-		time.AfterFunc(c.cfg.DeferredCloseTimeout, func() {
-			cancel()
-			if release != nil {
-				release()
-			}
-		})
-		return
+		grace = c.cfg.DeferredCloseTimeout
 	}
-	cancel()
-	if release != nil {
-		release()
-	}
+	t := time.AfterFunc(grace, cancel)
+	go func() {
+		<-readerDone
+		t.Stop()
+		cancel()
+		if release != nil {
+			release()
+		}
+	}()
 }
+
+// closeGrace bounds how long an RPC's ended stream waits for the processor
+// to end it after the half-close, before it is cancelled.
+const closeGrace = time.Second
 
 // --- the stream ---
 
@@ -442,12 +465,9 @@ func (c *call) openLocked() error {
 		}
 		c.release = rel
 	}
-	parent := c.ctx
-	if c.cfg.Observability {
-		// The stream outlives the RPC by deferred_close_timeout (End).
-		parent = context.WithoutCancel(parent)
-	}
-	sctx, cancel := context.WithCancel(parent)
+	// The stream may outlive the RPC a little (End): it is not cancelled
+	// with it. An event waiting for an answer returns when the RPC ends.
+	sctx, cancel := context.WithCancel(context.WithoutCancel(c.ctx))
 	cc, err := svc.Conn(sctx)
 	if err != nil {
 		cancel()
@@ -462,6 +482,7 @@ func (c *call) openLocked() error {
 		return err
 	}
 	c.stream, c.cancel = stream, cancel
+	c.readerDone = make(chan struct{})
 	go c.read(stream)
 	return nil
 }
@@ -469,6 +490,7 @@ func (c *call) openLocked() error {
 // read reads the stream's answers and hands each to the event waiting for
 // it, until the stream ends.
 func (c *call) read(stream pb.ExternalProcessor_ProcessClient) {
+	defer close(c.readerDone)
 	for {
 		resp, err := stream.Recv()
 		if err != nil {

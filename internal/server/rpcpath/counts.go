@@ -73,6 +73,25 @@ func (o *ListenerShared) counted(in httpfilter.Instance, s httpfilter.Step) http
 	return cs.WithCounter(c)
 }
 
+// timed returns s recording its durations, if its filter records some
+// (httpfilter.TimingFilter) and o has metrics; otherwise s itself.
+func (o *ListenerShared) timed(in httpfilter.Instance, s httpfilter.Step) httpfilter.Step {
+	tf, ok := in.Filter.(httpfilter.TimingFilter)
+	if o == nil || o.Metrics == nil || !ok {
+		return s
+	}
+	ts, ok := s.(httpfilter.TimingStep)
+	if !ok {
+		return s
+	}
+	t := tf.Timings()
+	d := o.Metrics.Durations(t.Metrics, t.Descriptions)
+	if d == nil {
+		return s
+	}
+	return ts.WithTimer(d)
+}
+
 // stepCounter counts one step's outcomes in a metric (rec not nil) and for
 // the status page (n not nil). Count takes no lock and allocates nothing.
 type stepCounter struct {

@@ -89,7 +89,7 @@ func buildStep(memo map[stepKey]httpfilter.Step, in httpfilter.Instance, overrid
 	if err != nil {
 		s = failStep{err: status.Errorf(codes.Unavailable, "xds: HTTP filter %q: %v", in.Name, err)}
 	}
-	s = obs.counted(in, s)
+	s = obs.timed(in, obs.counted(in, s))
 	if comparable {
 		memo[key] = s
 	}
