@@ -142,9 +142,27 @@ func (r *Registry) Filters() []Filter {
 	return out
 }
 
+// Switchable is implemented by filters a process may turn off (gRFC A92's
+// and A93's environment variables): while Enabled is false, the registry
+// does not know their types, so a config of one is an unknown type (an
+// optional filter is skipped, any other NACKed), as in a gRPC without the
+// filter.
+type Switchable interface {
+	Enabled() bool
+}
+
 // lookup returns the filter for a top-level config type or, if override is
-// true, for an override config type.
+// true, for an override config type; nil for a type no filter that is on
+// parses.
 func (r *Registry) lookup(typeURL string, override bool) Filter {
+	f := r.find(typeURL, override)
+	if s, ok := f.(Switchable); ok && !s.Enabled() {
+		return nil
+	}
+	return f
+}
+
+func (r *Registry) find(typeURL string, override bool) Filter {
 	name := typedconfig.Name(typeURL)
 	for _, f := range r.registered() {
 		urls := f.ConfigTypeURLs()

@@ -273,3 +273,7 @@ var _ httpfilter.CountingStep = (*step)(nil)
 func codeOf(httpStatus int) codes.Code {
 	return codes.Code(httpfilter.GRPCCodeOfHTTP(httpStatus))
 }
+
+// Enabled implements httpfilter.Switchable: with EnvDisable=false the
+// filter's types are unknown.
+func (Filter) Enabled() bool { return Enabled() }
