@@ -8,8 +8,10 @@ package e2e_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -36,6 +38,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/proxyless-grpc/xds"
+	"github.com/proxyless-grpc/xds/admin"
 	"github.com/proxyless-grpc/xds/internal/testutils"
 	"github.com/proxyless-grpc/xds/internal/testutils/extprocserver"
 )
@@ -607,5 +610,120 @@ func TestExtProc_Metrics(t *testing.T) {
 		if n := mr.HistogramCount(t, "grpc.server_ext_proc."+name+"_duration"); n != 1 {
 			t.Errorf("grpc.server_ext_proc.%s_duration recorded %d values, want 1", name, n)
 		}
+	}
+}
+
+// TestExtProc_StatusPage: the status page shows the filter with its
+// processor, where its credentials come from, its mode and failure mode.
+func TestExtProc_StatusPage(t *testing.T) {
+	ctx := testContext(t)
+	p := extprocserver.Start(t, extprocserver.PassThrough())
+	env := authzEnv(t, false, p.Addr())
+	s, _ := startServing(ctx, t, env, func(a net.Addr) *listenerpb.Listener {
+		return filtersListener(a, []*hcmpb.HttpFilter{httpFilter(t, "proc", extProc(p.Addr(), headersOnly()))}, allRoutes("routes"), "")
+	}, nil)
+	hs := httptest.NewServer(admin.NewStatusHandler(s.GRPCServer))
+	t.Cleanup(hs.Close)
+	text := waitForText(ctx, t, hs.URL, fmt.Sprintf("processor %q", p.Addr()))
+	for _, want := range []string{"allowed_grpc_services", "request headers", "failure fails the RPC with UNAVAILABLE"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("status page lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+// TestExtProc_ClientCannotPickFailure: a client message too large to send
+// to the processor (the server takes up to 4 MiB; with the request's
+// framing it is over the side call's 4 MiB) fails the RPC with
+// RESOURCE_EXHAUSTED, failure_mode_allow or not: the client, not the
+// processor, made the side call impossible, and must not choose its
+// outcome. The handler never sees the message.
+func TestExtProc_ClientCannotPickFailure(t *testing.T) {
+	ctx := testContext(t)
+	p := extprocserver.Start(t, extprocserver.PassThrough())
+	env := authzEnv(t, false, p.Addr())
+	cfg := extProc(p.Addr(), &extprocpb.ProcessingMode{RequestBodyMode: extprocpb.ProcessingMode_GRPC})
+	cfg.FailureModeAllow = true
+	c, rec := startExtProc(ctx, t, env, allRoutes("routes"), httpFilter(t, "proc", cfg))
+	// A SimpleRequest of exactly 4 MiB - 4 bytes (the payload's 10 bytes
+	// of tags and lengths included): under the server's limit, over the
+	// side call's once framed as a ProcessingRequest.
+	big := bytes.Repeat([]byte{'x'}, 4<<20-14)
+	_, err := c.UnaryCall(withCase(ctx, "big"), &testpb.SimpleRequest{Payload: &testpb.Payload{Body: big}})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("UnaryCall = %v, want RESOURCE_EXHAUSTED", err)
+	}
+	if n := len(rec.ofCase("big")); n != 0 {
+		t.Errorf("%d handler calls, want 0", n)
+	}
+}
+
+// TestExtProc_HostileStreaming: on a bidirectional stream, a processor
+// that answers a client message with a response-direction answer, or
+// resets the stream mid-RPC, fails the RPC with UNAVAILABLE; the handler
+// sees no message after the failure, and the server goes on serving.
+func TestExtProc_HostileStreaming(t *testing.T) {
+	ctx := testContext(t)
+	for _, tc := range []struct {
+		name string
+		h    extprocserver.Handler
+	}{
+		{"wrong direction", extprocserver.Raw(func(req *pb.ProcessingRequest) []*pb.ProcessingResponse {
+			if b := req.GetRequestBody(); b != nil && payloadOf(b.GetBody()) == "2" {
+				return []*pb.ProcessingResponse{{Response: &pb.ProcessingResponse_ResponseBody{ResponseBody: &pb.BodyResponse{}}}}
+			}
+			return redactor(req)
+		})},
+		{"reset", func(s *extprocserver.Stream, req *pb.ProcessingRequest) ([]*pb.ProcessingResponse, error) {
+			if b := req.GetRequestBody(); b != nil && payloadOf(b.GetBody()) == "2" {
+				return nil, status.Error(codes.Aborted, "processor resets")
+			}
+			return redactor(req), nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := extprocserver.Start(t, tc.h)
+			env := authzEnv(t, false, p.Addr())
+			c, _ := startExtProc(ctx, t, env, allRoutes("routes"), httpFilter(t, "proc", extProc(p.Addr(), allEvents())))
+			got, err := duplexAll(ctx, t, c, "1", "2", "3")
+			if status.Code(err) != codes.Unavailable {
+				t.Fatalf("stream ended with %v, want UNAVAILABLE", err)
+			}
+			if len(got) > 1 {
+				t.Errorf("client received %q, want at most the first message's answer", got)
+			}
+			// The server goes on: a stream the processor answers well
+			// succeeds, on the same connection.
+			if got, err := duplexAll(ctx, t, c, "1"); err != nil || len(got) != 1 || got[0] != "redacted" {
+				t.Errorf("next stream: %q, %v; want [redacted], OK", got, err)
+			}
+		})
+	}
+}
+
+// duplexAll sends msgs, half-closes, and returns the payloads received
+// and how the stream ended.
+func duplexAll(ctx context.Context, t *testing.T, c *testClient, msgs ...string) ([]string, error) {
+	t.Helper()
+	st, err := c.FullDuplexCall(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs {
+		if err := st.Send(&testpb.StreamingOutputCallRequest{Payload: &testpb.Payload{Body: []byte(m)}}); err != nil {
+			break
+		}
+	}
+	st.CloseSend()
+	var got []string
+	for {
+		r, err := st.Recv()
+		if err == io.EOF {
+			return got, nil
+		}
+		if err != nil {
+			return got, err
+		}
+		got = append(got, string(r.GetPayload().GetBody()))
 	}
 }
