@@ -97,3 +97,46 @@ func Example() {
 	// RPC 2: OK, work that decides later: true
 	// RPC 3: ResourceExhausted, work that decides later: false
 }
+
+// timing is a Call that adds a response header saying how long the
+// handler took: its RunAfter notes when the request headers passed, and
+// its SendHeader, on the response path, adds the header.
+type timing struct{ start time.Time }
+
+func (t *timing) RunAfter(ctx context.Context) (context.Context, error) {
+	t.start = time.Now()
+	return ctx, nil
+}
+
+func (*timing) Events() httpfilter.Events { return httpfilter.ServerHeaders }
+
+func (t *timing) SendHeader(_ context.Context, header map[string][]string, _ bool) error {
+	header["x-handler-time"] = []string{time.Since(t.start).Round(time.Millisecond).String()}
+	return nil
+}
+
+func (*timing) End(error) {}
+
+// timingStep returns a new Call per RPC; its filter declares
+// Needs{After: true, Events: httpfilter.ServerHeaders}.
+type timingStep struct{}
+
+func (timingStep) Run(ctx context.Context, _ httpfilter.RPC) (context.Context, httpfilter.After, error) {
+	return ctx, &timing{}, nil
+}
+
+// ExampleCall shows a filter that acts on responses: its step returns a
+// Call as its work, and the server hands the call the response headers
+// (in reverse http_filters order), as it does here by hand.
+func ExampleCall() {
+	_, work, _ := timingStep{}.Run(context.Background(), httpfilter.RPC{})
+	call := work.(httpfilter.Call)
+	ctx, _ := call.RunAfter(context.Background())
+	header := map[string][]string{}
+	if call.Events()&httpfilter.ServerHeaders != 0 {
+		_ = call.(httpfilter.HeaderSender).SendHeader(ctx, header, false)
+	}
+	call.End(nil)
+	fmt.Println(len(header["x-handler-time"]))
+	// Output: 1
+}

@@ -27,6 +27,13 @@
 // on the request as they left it, and an RPC a step refuses never reaches
 // user code (see Step and After for the whole contract).
 //
+// Work may also be a Call: the filter's state for one RPC, which the
+// server then hands the RPC's later events (the client's messages and
+// half-close; the response headers, messages and trailers, in reverse
+// http_filters order), each hook free to wait, so that a filter acts on
+// responses too (as ext_proc does). A filter declares the events it may
+// handle in Needs.Events; an RPC whose calls handle none pays nothing.
+//
 // Every type here is this package's own: a filter is written against this
 // package alone, and the server's framework uses these same types for its
 // built-in filters (and adapts registration). The package is deliberately
