@@ -727,3 +727,89 @@ func duplexAll(ctx context.Context, t *testing.T, c *testClient, msgs ...string)
 		got = append(got, string(r.GetPayload().GetBody()))
 	}
 }
+
+// TestExtProc_ModeOverride: with allow_mode_override, the processor's
+// mode_override changes which later events of the RPC it is sent; one
+// allowed_override_modes does not list is ignored, and so is any without
+// allow_mode_override.
+func TestExtProc_ModeOverride(t *testing.T) {
+	ctx := testContext(t)
+	// The processor turns off everything after the request headers.
+	off := &extprocpb.ProcessingMode{RequestHeaderMode: extprocpb.ProcessingMode_SEND, ResponseHeaderMode: extprocpb.ProcessingMode_SKIP}
+	p := extprocserver.Start(t, extprocserver.Raw(func(req *pb.ProcessingRequest) []*pb.ProcessingResponse {
+		out := redactor(req)
+		if req.GetRequestHeaders() != nil {
+			out[0].ModeOverride = off
+		}
+		return out
+	}))
+	env := authzEnv(t, false, p.Addr())
+	for i, tc := range []struct {
+		name   string
+		cfg    func(*extprocpb.ExternalProcessor)
+		events string
+	}{
+		{"honoured", func(c *extprocpb.ExternalProcessor) { c.AllowModeOverride = true }, "request_headers"},
+		{"listed", func(c *extprocpb.ExternalProcessor) {
+			c.AllowModeOverride = true
+			c.AllowedOverrideModes = []*extprocpb.ProcessingMode{{ResponseHeaderMode: extprocpb.ProcessingMode_SKIP}}
+		}, "request_headers"},
+		{"not listed", func(c *extprocpb.ExternalProcessor) {
+			c.AllowModeOverride = true
+			c.AllowedOverrideModes = []*extprocpb.ProcessingMode{{ResponseHeaderMode: extprocpb.ProcessingMode_SEND, ResponseTrailerMode: extprocpb.ProcessingMode_SKIP}}
+		}, "request_headers,response_headers"},
+		{"not allowed", func(*extprocpb.ExternalProcessor) {}, "request_headers,response_headers"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := extProc(p.Addr(), headersOnly())
+			tc.cfg(cfg)
+			c, _ := startExtProc(ctx, t, env, allRoutes("routes"), httpFilter(t, "proc", cfg))
+			if err := rpcResult(ctx, c, "EmptyCall"); err != nil {
+				t.Fatal(err)
+			}
+			recs, err := p.WaitEnded(ctx, i+1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := events(recs[i]); got != tc.events {
+				t.Errorf("events %s, want %s", got, tc.events)
+			}
+		})
+	}
+}
+
+// TestExtProc_RequestDrain: an answer with request_drain makes the filter
+// half-close the stream and send nothing more; the RPC goes on, its later
+// events unprocessed, and the processor ends the stream OK.
+func TestExtProc_RequestDrain(t *testing.T) {
+	ctx := testContext(t)
+	p := extprocserver.Start(t, extprocserver.Raw(func(req *pb.ProcessingRequest) []*pb.ProcessingResponse {
+		out := redactor(req)
+		if req.GetRequestHeaders() != nil {
+			out[0].RequestDrain = true
+		}
+		return out
+	}))
+	env := authzEnv(t, false, p.Addr())
+	c, rec := startExtProc(ctx, t, env, allRoutes("routes"), httpFilter(t, "proc", extProc(p.Addr(), allEvents())))
+	resp, err := c.UnaryCall(withCase(ctx, "drain"), &testpb.SimpleRequest{Payload: &testpb.Payload{Body: []byte("kept")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(resp.GetPayload().GetBody()); got != "kept" {
+		t.Errorf("payload %q, want the handler's echo, unprocessed", got)
+	}
+	if calls := rec.ofCase("drain"); len(calls) != 1 || len(calls[0].md.Get("x-proc-req")) != 1 {
+		t.Errorf("handler calls %+v, want one with the drained answer's header applied", calls)
+	}
+	recs, err := p.WaitEnded(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := events(recs[0]); got != "request_headers" {
+		t.Errorf("events %s, want request_headers only", got)
+	}
+	if !recs[0].HalfClosed || recs[0].Status.Code() != codes.OK {
+		t.Errorf("stream half-closed %v, ended %v; want half-closed and OK", recs[0].HalfClosed, recs[0].Status)
+	}
+}

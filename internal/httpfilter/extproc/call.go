@@ -107,6 +107,9 @@ type call struct {
 	// clientClosed: the processor ended the client's messages
 	// (end_of_stream on a request_body answer).
 	clientClosed bool
+	// draining: the processor asked for request_drain; nothing more is
+	// sent.
+	draining bool
 
 	sendMu     sync.Mutex    // orders Send on the stream (both directions send)
 	readerDone chan struct{} // closed when the reader has returned
@@ -401,11 +404,11 @@ func (c *call) sends(f func(Mode) bool) bool {
 // or the error the RPC fails with.
 func (c *call) exchange(ctx context.Context, k kind, req *pb.ProcessingRequest) (*pb.ProcessingResponse, error) {
 	c.mu.Lock()
-	switch c.st {
-	case stateDone:
+	switch {
+	case c.st == stateDone || c.draining && c.st == stateOpen:
 		c.mu.Unlock()
 		return nil, nil
-	case stateFailed:
+	case c.st == stateFailed:
 		err := c.failure
 		c.mu.Unlock()
 		return nil, err
@@ -439,6 +442,17 @@ func (c *call) exchange(ctx context.Context, k kind, req *pb.ProcessingRequest) 
 	err := stream.Send(req)
 	c.sendMu.Unlock()
 	if err != nil && !errors.Is(err, io.EOF) {
+		c.mu.Lock()
+		draining := c.draining
+		if draining && c.waiting[k.direction()] == w {
+			c.waiting[k.direction()] = nil
+		}
+		c.mu.Unlock()
+		if draining {
+			// The stream was half-closed for request_drain meanwhile:
+			// the event passes on as it is.
+			return nil, nil
+		}
 		// A marshalling failure: what the RPC carries cannot be sent.
 		return nil, c.refuse(k, err)
 	}
@@ -504,7 +518,15 @@ func (c *call) read(stream pb.ExternalProcessor_ProcessClient) {
 		if c.cfg.Observability {
 			continue // answers change nothing
 		}
-		if err := c.dispatch(resp); err != nil {
+		err = c.dispatch(resp)
+		if err == nil && resp.GetRequestDrain() {
+			// After the answer was handed over, and not under mu: a
+			// Send of the other direction may hold sendMu.
+			c.sendMu.Lock()
+			_ = stream.CloseSend()
+			c.sendMu.Unlock()
+		}
+		if err != nil {
 			c.finish(err)
 			c.mu.Lock()
 			cancel := c.cancel
@@ -551,7 +573,21 @@ func (c *call) dispatch(resp *pb.ProcessingResponse) error {
 	c.overrideLocked(resp)
 	c.waiting[k.direction()] = nil
 	w.ch <- answer{resp: resp}
+	if resp.GetRequestDrain() {
+		c.drainLocked()
+	}
 	return nil
+}
+
+// drainLocked does what an answer's request_drain asks (gRFC A93): the
+// stream is half-closed, no event is sent any more (they pass on as they
+// are), and the answers to events already sent still apply until the
+// processor ends the stream. Called with mu held.
+func (c *call) drainLocked() {
+	if c.draining {
+		return
+	}
+	c.draining = true // the reader half-closes the stream (read)
 }
 
 // dispatchImmediate hands an immediate_response to the event waiting for
