@@ -100,7 +100,8 @@ type call struct {
 	cancel  context.CancelFunc // ends the stream
 	release func()             // the route's own channel, acquired for this RPC
 	sentAny bool               // the first request (with protocol_config) was sent
-	waiting [2]*waiter         // by direction
+	waiting [2]*waiter         // by direction: the event waiting for an answer, or nil
+	waiters [2]waiter          // by direction: what waiting points to, reused
 	// trailersOnly: the response headers were sent with end_of_stream,
 	// carrying the status: no response_trailers event follows.
 	trailersOnly bool
@@ -429,24 +430,27 @@ func (c *call) exchange(ctx context.Context, k kind, req *pb.ProcessingRequest) 
 	}
 	var w *waiter
 	if !c.cfg.Observability {
-		w = &waiter{kind: k, ch: make(chan answer, 1)}
+		w = &c.waiters[k.direction()]
+		if w.ch == nil {
+			w.ch = make(chan answer, 1)
+		}
+		w.kind = k
 		c.waiting[k.direction()] = w
 	}
 	stream := c.stream
 	c.mu.Unlock()
 
 	if err := grpcservice.CheckSize(req); err != nil {
+		c.unwait(w)
 		return nil, c.refuse(k, err)
 	}
 	c.sendMu.Lock()
 	err := stream.Send(req)
 	c.sendMu.Unlock()
 	if err != nil && !errors.Is(err, io.EOF) {
+		c.unwait(w)
 		c.mu.Lock()
 		draining := c.draining
-		if draining && c.waiting[k.direction()] == w {
-			c.waiting[k.direction()] = nil
-		}
 		c.mu.Unlock()
 		if draining {
 			// The stream was half-closed for request_drain meanwhile:
@@ -464,7 +468,26 @@ func (c *call) exchange(ctx context.Context, k kind, req *pb.ProcessingRequest) 
 	case a := <-w.ch:
 		return a.resp, a.err
 	case <-ctx.Done():
+		c.unwait(w)
 		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// unwait ends the wait of w (nil: none) without an answer, and drops an
+// answer that came meanwhile, so that the reused channel holds none for
+// the direction's next event.
+func (c *call) unwait(w *waiter) {
+	if w == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.waiting[w.kind.direction()] == w {
+		c.waiting[w.kind.direction()] = nil
+	}
+	select {
+	case <-w.ch:
+	default:
 	}
 }
 
@@ -686,11 +709,6 @@ func (c *call) broken(err error) (*pb.ProcessingResponse, error) {
 // refuse fails the RPC whose event cannot be sent (too large, or not
 // encodable): the RPC's own doing, so no failure mode lets it through.
 func (c *call) refuse(k kind, err error) error {
-	c.mu.Lock()
-	if c.waiting[k.direction()] != nil && c.waiting[k.direction()].kind == k {
-		c.waiting[k.direction()] = nil
-	}
-	c.mu.Unlock()
 	code := codes.ResourceExhausted
 	if k.direction() == serverToClient {
 		code = codes.Internal
@@ -831,14 +849,23 @@ func (c *call) headerMap(md map[string][]string, pseudo [][2]string) *corepb.Hea
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	hm := &corepb.HeaderMap{Headers: make([]*corepb.HeaderValue, 0, len(pseudo)+len(keys))}
+	n := len(pseudo)
+	for _, k := range keys {
+		n += len(md[k])
+	}
+	// One allocation for the values, not one each.
+	vals := make([]corepb.HeaderValue, 0, n)
 	for _, p := range pseudo {
-		hm.Headers = append(hm.Headers, &corepb.HeaderValue{Key: p[0], RawValue: []byte(p[1])})
+		vals = append(vals, corepb.HeaderValue{Key: p[0], RawValue: []byte(p[1])})
 	}
 	for _, k := range keys {
 		for _, v := range md[k] {
-			hm.Headers = append(hm.Headers, &corepb.HeaderValue{Key: k, RawValue: rawValue(k, v)})
+			vals = append(vals, corepb.HeaderValue{Key: k, RawValue: rawValue(k, v)})
 		}
+	}
+	hm := &corepb.HeaderMap{Headers: make([]*corepb.HeaderValue, len(vals))}
+	for i := range vals {
+		hm.Headers[i] = &vals[i]
 	}
 	return hm
 }
