@@ -77,6 +77,9 @@ func endCalls(ctx context.Context, calls []call, err error) {
 type eventRPC struct {
 	ctx    context.Context // the calls': cancelled when a call ends the RPC
 	cancel context.CancelFunc
+	// oneResponse: the client expects one response message (unary and
+	// client-streaming RPCs).
+	oneResponse bool
 	hctx   context.Context // the handler's: ctx with the transport stream below replaced
 	calls  []call          // in http_filters order
 	unary  bool
@@ -404,6 +407,9 @@ func (e *eventRPC) toBelow(b []byte) error {
 		e.unaryOut = append(e.unaryOut, b)
 		return nil
 	}
+	if e.oneResponse && e.sent > 0 {
+		return e.end(status.Error(codes.Internal, "xds: the HTTP filters of this route left a client-streaming RPC more than one response message"))
+	}
 	m := e.sendType.ProtoReflect().New().Interface()
 	if err := decode(b, m); err != nil {
 		return e.end(err)
@@ -692,8 +698,9 @@ func serveUnary(ctx context.Context, calls []call, req any, handler grpc.UnaryHa
 	return resp, err
 }
 
-// serveStream is serveUnary for a streaming RPC.
-func serveStream(srv any, ss grpc.ServerStream, calls []call, handler grpc.StreamHandler) (err error) {
+// serveStream is serveUnary for a streaming RPC; oneResponse: the client
+// expects one response message (client streaming).
+func serveStream(srv any, ss grpc.ServerStream, calls []call, oneResponse bool, handler grpc.StreamHandler) (err error) {
 	ctx := ss.Context()
 	defer func() { endCalls(ctx, calls, err) }()
 	e, err := newEventRPC(ctx, calls, false)
@@ -704,12 +711,17 @@ func serveStream(srv any, ss grpc.ServerStream, calls []call, handler grpc.Strea
 		return handler(srv, ss)
 	}
 	defer e.cancel()
-	e.ss = ss
+	e.ss, e.oneResponse = ss, oneResponse
 	e.below = func(m proto.Message) error { return ss.RecvMsg(m) }
 	e.hctx = e.ctx
 	if e.ts = grpc.ServerTransportStreamFromContext(ctx); e.ts != nil {
 		e.hctx = grpc.NewContextWithServerTransportStream(e.ctx, transportStream{e})
 	}
 	herr := handler(srv, &eventStream{ServerStream: ss, e: e})
-	return statusOf(e.finish(herr))
+	st := statusOf(e.finish(herr))
+	if st == nil && oneResponse && e.sent == 0 && herr == nil {
+		// As for a unary RPC: the client expects one response.
+		return status.Error(codes.Internal, "xds: the HTTP filters of this route left a client-streaming RPC no response message")
+	}
+	return st
 }

@@ -84,6 +84,8 @@ type evConfig struct {
 	recvErrN int
 	// tag appends the name to each client message's payload.
 	tag bool
+	// dropRaw drops the client messages whose bytes contain it.
+	dropRaw string
 	// trailerStatus replaces the RPC's status.
 	trailerStatus error
 	// panicHeader makes SendHeader panic.
@@ -122,6 +124,13 @@ func (c *evCall) RecvMessage(ctx context.Context, next func() ([]byte, error)) (
 		c.nmsg++
 		if c.cfg.recvErr != nil && c.nmsg == c.cfg.recvErrN {
 			return nil, c.cfg.recvErr
+		}
+		if c.cfg.dropRaw != "" && strings.Contains(string(b), c.cfg.dropRaw) {
+			c.cfg.log.add(c.cfg.name + " dropped")
+			if err != nil {
+				return nil, err
+			}
+			continue
 		}
 		// A unary request (SimpleRequest) has its payload where a
 		// streaming one has it: both read as the streaming type.
@@ -429,4 +438,83 @@ func TestEventsRefusedRPC(t *testing.T) {
 		t.Fatalf("UnaryCall = %v, want UNAUTHENTICATED", err)
 	}
 	sameLog(t, log.get(), []string{"a headers", "b headers", "a send-header eos=true", "a trailer Unauthenticated", "a end Unauthenticated", "b end Unauthenticated"})
+}
+
+// shapes serves the two one-sided streaming shapes: the client's messages
+// summed into one answer, and one request answered with several.
+type shapes struct {
+	testgrpc.UnimplementedTestServiceServer
+}
+
+func (shapes) StreamingInputCall(st testgrpc.TestService_StreamingInputCallServer) error {
+	var n int32
+	for {
+		m, err := st.Recv()
+		if err == io.EOF {
+			return st.SendAndClose(&testpb.StreamingInputCallResponse{AggregatedPayloadSize: n})
+		}
+		if err != nil {
+			return err
+		}
+		n += int32(len(m.GetPayload().GetBody()))
+	}
+}
+
+func (shapes) StreamingOutputCall(req *testpb.StreamingOutputCallRequest, st testgrpc.TestService_StreamingOutputCallServer) error {
+	for range 2 {
+		if err := st.Send(&testpb.StreamingOutputCallResponse{Payload: req.GetPayload()}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestEventsStreamShapes: client-streaming and server-streaming RPCs go
+// through the same path: a call that drops a client message changes what
+// the handler sums, one that doubles each server message doubles what the
+// client gets.
+func TestEventsStreamShapes(t *testing.T) {
+	log := &evLog{}
+	ctx := evCtx(t)
+	sumOf := func(c testgrpc.TestServiceClient) (*testpb.StreamingInputCallResponse, error) {
+		in, err := c.StreamingInputCall(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range []string{"ab", "x", "cde"} {
+			if err := in.Send(&testpb.StreamingInputCallRequest{Payload: body(b)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return in.CloseAndRecv()
+	}
+	recvOnly := evServer(t, shapes{}, false, &evConfig{name: "a", log: log, events: httpfilter.ClientMessages, dropRaw: "x"})
+	if resp, err := sumOf(recvOnly); err != nil || resp.GetAggregatedPayloadSize() != 5 {
+		t.Fatalf("client streaming: %v, %v; want 5 bytes (x dropped)", resp, err)
+	}
+	// A call that sends two responses for one: the RPC fails with INTERNAL
+	// saying so, not with the client's cardinality error.
+	c := evServer(t, shapes{}, false, &evConfig{name: "a", log: log, events: allEvents, dropRaw: "x"})
+	if _, err := sumOf(c); status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "more than one response") {
+		t.Fatalf("client streaming, a call doubling the response: %v, want INTERNAL saying so", err)
+	}
+
+	out, err := c.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{Payload: body("p")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	for {
+		_, err := out.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if n != 4 {
+		t.Errorf("server streaming: %d messages, want 4 (each of the handler's 2 sent twice)", n)
+	}
 }

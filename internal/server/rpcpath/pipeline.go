@@ -251,7 +251,7 @@ func streamAfter(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, han
 			ss = &streamWithContext{ServerStream: ss, ctx: ctx}
 		}
 		if len(q.calls) > 0 {
-			return serveStream(srv, ss, q.calls, handler)
+			return serveStream(srv, ss, q.calls, !info.IsServerStream && info.IsClientStream, handler)
 		}
 	}
 	return handler(srv, ss)
