@@ -80,9 +80,9 @@ type eventRPC struct {
 	// oneResponse: the client expects one response message (unary and
 	// client-streaming RPCs).
 	oneResponse bool
-	hctx   context.Context // the handler's: ctx with the transport stream below replaced
-	calls  []call          // in http_filters order
-	unary  bool
+	hctx        context.Context // the handler's: ctx with the transport stream below replaced
+	calls       []call          // in http_filters order
+	unary       bool
 
 	// Receive side: used by the one goroutine receiving.
 	recv     []int                     // indices in calls of MessageReceivers, in order
