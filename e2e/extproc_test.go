@@ -474,6 +474,20 @@ func TestExtProc_FilterOrder(t *testing.T) {
 		if len(rec.ofCase("o1")) != 0 {
 			t.Error("a refused RPC reached the handler")
 		}
+		// The refusal went through ext_proc's response events, as
+		// Envoy's local reply through the encoder filters before RBAC:
+		// one response_headers with end_of_stream, the status in it.
+		recs, err := p.WaitEnded(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := events(recs[0]), "request_headers,response_headers"; got != want {
+			t.Fatalf("events %s, want %s", got, want)
+		}
+		rh := recs[0].Requests[1].GetResponseHeaders()
+		if !rh.GetEndOfStream() || len(extprocserver.HeaderValues(rh.GetHeaders(), "grpc-status")) != 1 || extprocserver.HeaderValues(rh.GetHeaders(), "grpc-status")[0] != "7" {
+			t.Errorf("response_headers %v, want end_of_stream and grpc-status 7 (Trailers-Only)", rh)
+		}
 	})
 	t.Run("rbac then ext_proc", func(t *testing.T) {
 		before := len(p.Streams())

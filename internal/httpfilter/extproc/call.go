@@ -102,9 +102,12 @@ type call struct {
 	sentAny bool               // the first request (with protocol_config) was sent
 	waiting [2]*waiter         // by direction: the event waiting for an answer, or nil
 	waiters [2]waiter          // by direction: what waiting points to, reused
-	// trailersOnly: the response headers were sent with end_of_stream,
-	// carrying the status: no response_trailers event follows.
+	// trailersOnly: the response ends without a message (gRPC's
+	// Trailers-Only): its headers, held here, go to the processor with the
+	// trailers and the status, as one response_headers event with
+	// end_of_stream (SendTrailer).
 	trailersOnly bool
+	onlyHeader   metadata.MD
 	// clientClosed: the processor ended the client's messages
 	// (end_of_stream on a request_body answer).
 	clientClosed bool
@@ -181,7 +184,9 @@ func (c *call) Events() httpfilter.Events {
 		ev |= httpfilter.ClientMessages
 	}
 	if c.mode.ResponseHeaders {
-		ev |= httpfilter.ServerHeaders
+		// The trailers too: a Trailers-Only response's headers go with
+		// them (SendTrailer).
+		ev |= httpfilter.ServerHeaders | httpfilter.ServerTrailers
 	}
 	if c.mode.ResponseBody {
 		ev |= httpfilter.ServerMessages
@@ -267,15 +272,16 @@ func (c *call) SendHeader(ctx context.Context, header map[string][]string, endOf
 	if !c.sends(func(m Mode) bool { return m.ResponseHeaders }) {
 		return nil
 	}
-	req := &pb.ProcessingRequest{Request: &pb.ProcessingRequest_ResponseHeaders{ResponseHeaders: &pb.HttpHeaders{
-		Headers:     c.headerMap(header, [][2]string{{":status", "200"}}),
-		EndOfStream: endOfStream,
-	}}}
 	if endOfStream {
+		// Sent with the status, which SendTrailer has.
 		c.mu.Lock()
-		c.trailersOnly = true
+		c.trailersOnly, c.onlyHeader = true, metadata.MD(header).Copy()
 		c.mu.Unlock()
+		return nil
 	}
+	req := &pb.ProcessingRequest{Request: &pb.ProcessingRequest_ResponseHeaders{ResponseHeaders: &pb.HttpHeaders{
+		Headers: c.headerMap(header, [][2]string{{":status", "200"}}),
+	}}}
 	defer c.step.record(ctx, durServerHeaders, time.Now())
 	resp, err := c.exchange(ctx, kindResponseHeaders, req)
 	if err != nil || resp == nil {
@@ -316,9 +322,9 @@ func (c *call) SendMessage(ctx context.Context, b []byte, send func([]byte) erro
 // immediate response that sets the status.
 func (c *call) SendTrailer(ctx context.Context, rpcErr error, trailer map[string][]string, _ func([]byte) error) error {
 	c.mu.Lock()
-	only := c.trailersOnly
+	only, onlyHeader := c.trailersOnly, c.onlyHeader
 	c.mu.Unlock()
-	if only || !c.sends(func(m Mode) bool { return m.ResponseTrailers }) {
+	if !only && !c.sends(func(m Mode) bool { return m.ResponseTrailers }) {
 		return rpcErr
 	}
 	st := status.Convert(rpcErr)
@@ -326,11 +332,30 @@ func (c *call) SendTrailer(ctx context.Context, rpcErr error, trailer map[string
 	if st.Message() != "" {
 		pseudo = append(pseudo, [2]string{"grpc-message", st.Message()})
 	}
-	req := &pb.ProcessingRequest{Request: &pb.ProcessingRequest_ResponseTrailers{ResponseTrailers: &pb.HttpTrailers{
-		Trailers: c.headerMap(trailer, pseudo),
-	}}}
-	defer c.step.record(ctx, durServerTrailers, time.Now())
-	resp, err := c.exchange(ctx, kindResponseTrailers, req)
+	var (
+		k   kind
+		req *pb.ProcessingRequest
+	)
+	if only {
+		// A Trailers-Only response: one response_headers event with
+		// end_of_stream carries its headers, trailers and status; the
+		// answer's mutation applies to the trailers, which leave in
+		// the same frame.
+		k = kindResponseHeaders
+		md := metadata.Join(onlyHeader, trailer)
+		req = &pb.ProcessingRequest{Request: &pb.ProcessingRequest_ResponseHeaders{ResponseHeaders: &pb.HttpHeaders{
+			Headers:     c.headerMap(md, append([][2]string{{":status", "200"}}, pseudo...)),
+			EndOfStream: true,
+		}}}
+		defer c.step.record(ctx, durServerHeaders, time.Now())
+	} else {
+		k = kindResponseTrailers
+		req = &pb.ProcessingRequest{Request: &pb.ProcessingRequest_ResponseTrailers{ResponseTrailers: &pb.HttpTrailers{
+			Trailers: c.headerMap(trailer, pseudo),
+		}}}
+		defer c.step.record(ctx, durServerTrailers, time.Now())
+	}
+	resp, err := c.exchange(ctx, k, req)
 	if err != nil {
 		return err
 	}
@@ -340,7 +365,11 @@ func (c *call) SendTrailer(ctx context.Context, rpcErr error, trailer map[string
 	if ir := resp.GetImmediateResponse(); ir != nil {
 		return c.immediate(ctx, ir, trailer)
 	}
-	if m := resp.GetResponseTrailers().GetHeaderMutation(); m != nil {
+	m := resp.GetResponseTrailers().GetHeaderMutation()
+	if only {
+		m = resp.GetResponseHeaders().GetResponse().GetHeaderMutation()
+	}
+	if m != nil {
 		if _, err := ApplyMutation(trailer, m, &c.cfg.Rules); err != nil {
 			return c.invalidMutation(err)
 		}
