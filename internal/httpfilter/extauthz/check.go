@@ -105,7 +105,7 @@ func (c *check) allow(ctx context.Context, md metadata.MD, ok *authpb.OkHttpResp
 	for i, h := range ok.GetHeaders() {
 		key, value, action, keep, err := option(h)
 		if err == nil && keep {
-			keep, err = rules.judge(key)
+			keep, err = rules.Judge("decoder_header_mutation_rules", key)
 		}
 		if err != nil {
 			return s.rejected(ctx, fmt.Errorf("ok_response.headers[%d]: %w", i, err))
@@ -122,7 +122,7 @@ func (c *check) allow(ctx context.Context, md metadata.MD, ok *authpb.OkHttpResp
 			// removes nothing (Envoy).
 			continue
 		}
-		keep, err := rules.judge(key)
+		keep, err := rules.Judge("decoder_header_mutation_rules", key)
 		if err != nil {
 			return s.rejected(ctx, fmt.Errorf("ok_response.headers_to_remove[%d]: %w", i, err))
 		}
@@ -188,7 +188,7 @@ func (c *check) deny(ctx context.Context, resp *authpb.CheckResponse) (context.C
 	for i, h := range d.GetHeaders() {
 		key, value, action, keep, err := option(h)
 		if err != nil {
-			if s.cfg.rules.disallowIsError {
+			if s.cfg.rules.DisallowIsError() {
 				s.count(ctx, outcomeDenied)
 				return ctx, denied(status.Errorf(s.cfg.errorCode, "ext_authz: the authorization server denied the RPC with an invalid header (denied_response.headers[%d]: %v; disallow_is_error)", i, err))
 			}
@@ -213,18 +213,6 @@ func (c *check) deny(ctx context.Context, resp *authpb.CheckResponse) (context.C
 		msg += ": " + m
 	}
 	return ctx, denied(status.Error(code, msg))
-}
-
-// judge reports whether the rules let the side channel change key; an
-// error when they do not and disallow_is_error is set.
-func (r *mutationRules) judge(key string) (bool, error) {
-	if r.allows(key) {
-		return true, nil
-	}
-	if r.disallowIsError {
-		return false, fmt.Errorf("decoder_header_mutation_rules disallow changing %q (disallow_is_error)", key)
-	}
-	return false, nil
 }
 
 // option validates one HeaderValueOption of an answer (gRFC A102): its key

@@ -3,7 +3,6 @@ package extauthz
 import (
 	"errors"
 	"fmt"
-	"regexp"
 
 	mutationpb "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
 	extauthzpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
@@ -30,32 +29,11 @@ type Config struct {
 	rules               mutationRules
 }
 
-// mutationRules is decoder_header_mutation_rules as gRPC applies it (gRFC
-// A92, A102): disallow_all, disallow_is_error and the two expressions.
-// Envoy's allow_all_routing, allow_envoy and disallow_system are about
-// headers gRPC never lets a side channel change (pseudo-headers, host,
-// grpc-*), which are ignored whatever the rules say (gRFC A92). The rules
-// govern the request-header mutations of an OK answer (headers,
-// headers_to_remove), as in Envoy: not response_headers_to_add, not a
-// denial's headers.
-type mutationRules struct {
-	allow, disallow *regexp.Regexp // nil: unset; full-string matches, as Envoy's
-	disallowAll     bool
-	disallowIsError bool
-}
-
-// allows reports whether the rules let the side channel change key, in
-// Envoy's order: disallow_expression refuses, then allow_expression
-// allows, then disallow_all refuses, and anything else is allowed.
-func (r *mutationRules) allows(key string) bool {
-	switch {
-	case r.disallow != nil && r.disallow.MatchString(key):
-		return false
-	case r.allow != nil && r.allow.MatchString(key):
-		return true
-	}
-	return !r.disallowAll
-}
+// mutationRules is decoder_header_mutation_rules as gRPC applies it
+// (gRFC A92, A102: httpfilter.MutationRules). The rules govern the
+// request-header mutations of an OK answer (headers, headers_to_remove), as
+// in Envoy: not response_headers_to_add, not a denial's headers.
+type mutationRules = httpfilter.MutationRules
 
 func parseConfig(env *grpcservice.Env, m *extauthzpb.ExtAuthz) (*Config, error) {
 	if m.GetGrpcService() == nil {
@@ -118,22 +96,5 @@ func stringMatchers(field string, l *matcherpb.ListStringMatcher) ([]matcher.Str
 }
 
 func parseRules(r *mutationpb.HeaderMutationRules) (mutationRules, error) {
-	var out mutationRules
-	if r == nil {
-		return out, nil
-	}
-	var err error
-	if e := r.GetAllowExpression(); e != nil {
-		if out.allow, err = matcher.CompileRegex(e); err != nil {
-			return out, fmt.Errorf("allow_expression: %w", err)
-		}
-	}
-	if e := r.GetDisallowExpression(); e != nil {
-		if out.disallow, err = matcher.CompileRegex(e); err != nil {
-			return out, fmt.Errorf("disallow_expression: %w", err)
-		}
-	}
-	out.disallowAll = r.GetDisallowAll().GetValue()
-	out.disallowIsError = r.GetDisallowIsError().GetValue()
-	return out, nil
+	return httpfilter.ParseMutationRules(r)
 }

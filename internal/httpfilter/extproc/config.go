@@ -3,7 +3,6 @@ package extproc
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
@@ -187,34 +186,9 @@ func (c *Config) OverrideAllowed(m Mode) bool {
 	return false
 }
 
-// MutationRules is mutation_rules as gRPC applies it (gRFC A93):
-// disallow_all, allow_expression, disallow_expression and
-// disallow_is_error. allow_all_routing, disallow_system and allow_envoy
-// are ignored (A93): the headers they are about (pseudo-headers, host,
-// gRPC's own) are never changed by a processor, whatever the rules say.
-// The zero value allows every mutation. Immutable.
-type MutationRules struct {
-	allow, disallow *regexp.Regexp // nil: unset; full-string matches, as Envoy's
-	disallowAll     bool
-	disallowIsError bool
-}
-
-// Allows reports whether the rules let the processor change key, in
-// Envoy's order: disallow_expression refuses, then allow_expression
-// allows, then disallow_all refuses, and anything else is allowed.
-func (r *MutationRules) Allows(key string) bool {
-	switch {
-	case r.disallow != nil && r.disallow.MatchString(key):
-		return false
-	case r.allow != nil && r.allow.MatchString(key):
-		return true
-	}
-	return !r.disallowAll
-}
-
-// DisallowIsError reports whether a mutation the rules refuse fails the
-// RPC (gRFC A93: with INTERNAL) instead of being ignored.
-func (r *MutationRules) DisallowIsError() bool { return r.disallowIsError }
+// MutationRules is mutation_rules as gRPC applies it (gRFC A93), the
+// same rules as ext_authz's (httpfilter.MutationRules).
+type MutationRules = httpfilter.MutationRules
 
 // ParseMode validates a ProcessingMode (a config's processing_mode, an
 // entry of allowed_override_modes, or a processor's mode_override) as
@@ -456,22 +430,5 @@ func stringMatchers(field string, l *matcherpb.ListStringMatcher) ([]matcher.Str
 }
 
 func parseRules(r *mutationpb.HeaderMutationRules) (MutationRules, error) {
-	var out MutationRules
-	if r == nil {
-		return out, nil
-	}
-	var err error
-	if e := r.GetAllowExpression(); e != nil {
-		if out.allow, err = matcher.CompileRegex(e); err != nil {
-			return MutationRules{}, fieldpath.In("allow_expression", err)
-		}
-	}
-	if e := r.GetDisallowExpression(); e != nil {
-		if out.disallow, err = matcher.CompileRegex(e); err != nil {
-			return MutationRules{}, fieldpath.In("disallow_expression", err)
-		}
-	}
-	out.disallowAll = r.GetDisallowAll().GetValue()
-	out.disallowIsError = r.GetDisallowIsError().GetValue()
-	return out, nil
+	return httpfilter.ParseMutationRules(r)
 }

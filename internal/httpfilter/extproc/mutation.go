@@ -125,13 +125,7 @@ func writes(action corepb.HeaderValueOption_HeaderAppendAction, exists bool) boo
 // judge reports whether the rules let the processor change key; an error
 // when they do not and disallow_is_error is set.
 func judge(r *MutationRules, key string) (bool, error) {
-	if r.Allows(key) {
-		return true, nil
-	}
-	if r.DisallowIsError() {
-		return false, fmt.Errorf("mutation_rules disallow changing %q (disallow_is_error)", key)
-	}
-	return false, nil
+	return r.Judge("mutation_rules", key)
 }
 
 // setHeader validates an entry of set_headers: its key and value (the
