@@ -5,21 +5,13 @@ import (
 	"testing"
 	"time"
 
-	clusterpb "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	listenerpb "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	xdscreds "google.golang.org/grpc/credentials/xds"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
-	grpcxds "google.golang.org/grpc/xds"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/proxyless-grpc/xds/internal/testutils/e2e"
 	"github.com/proxyless-grpc/xds/internal/testutils/extprocserver"
-	"github.com/proxyless-grpc/xds/internal/testutils/testcerts"
 )
 
 // TestExtProc_GRPCGoXDSClientMTLS: grpc-go's own xds:/// client, given
@@ -46,39 +38,8 @@ func TestExtProc_GRPCGoXDSClientMTLS(t *testing.T) {
 	serverListener := withTransportSocket(t, filtersListener(addr, []*hcmpb.HttpFilter{httpFilter(t, "proc", cfg)}, allRoutes("routes"), ""), "filters-chain", downstreamTLS(true, true))
 	s := env.newServer(t, xdsCreds(t))
 
-	client := pki.ca.Issue(t, testcerts.LeafOptions{CommonName: "grpc-go-client", URIs: []string{"spiffe://test.example/grpc-go"}})
-	files := testcerts.WriteFiles(t, t.TempDir(), client, pki.ca.PEM)
-	clientBootstrap := e2e.Bootstrap(t, e2e.BootstrapOptions{
-		ServerURIs: []string{env.ms.Address},
-		NodeID:     env.nodeID + "-client",
-		CertificateProviders: map[string]json.RawMessage{
-			"client-identity": fileWatcher(map[string]string{"certificate_file": files.Cert, "private_key_file": files.Key, "refresh_interval": "600s"}, 0),
-			"client-roots":    fileWatcher(map[string]string{"ca_certificate_file": files.CA, "refresh_interval": "600s"}, 0),
-		},
-	})
-	host, port := hostPort(addr)
-	if err := env.ms.Update(ctx, e2e.Resources{
-		Listeners: []*listenerpb.Listener{serverListener, clientAPIListener(t)},
-		Clusters:  []*clusterpb.Cluster{tlsCluster(t, "client-identity", "client-roots")},
-		Raw:       map[string][]proto.Message{resourcev3.EndpointType: {endpoints(host, port)}},
-	}); err != nil {
-		t.Fatalf("ms.Update: %v", err)
-	}
 	s.serveOn(lis)
-
-	resolver, err := grpcxds.NewXDSResolverWithConfigForTesting(clientBootstrap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	creds, err := xdscreds.NewClientCredentials(xdscreds.ClientOptions{FallbackCreds: insecure.NewCredentials()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := grpc.NewClient("xds:///"+interopTarget, grpc.WithTransportCredentials(creds), grpc.WithResolvers(resolver))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc, _ := grpcGoXDSClient(ctx, t, env, pki, serverListener, addr)
 	resp, err := testgrpc.NewTestServiceClient(cc).UnaryCall(ctx, &testpb.SimpleRequest{Payload: &testpb.Payload{Body: []byte("secret")}}, grpc.WaitForReady(true))
 	if err != nil {
 		t.Fatalf("UnaryCall through grpc-go's xDS client over mTLS: %v", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"runtime"
 	"strings"
 	"testing"
@@ -63,40 +64,8 @@ func TestCredsInteropWithGRPCGoClient(t *testing.T) {
 	serverListener := withTransportSocket(t, simpleListener(addr), "A", downstreamTLS(true, true))
 	s := env.newServer(t, xdsCreds(t), peers.option())
 
-	// The client: its certificate, its bootstrap, its resources.
-	client := pki.ca.Issue(t, testcerts.LeafOptions{CommonName: "grpc-go-client", URIs: []string{"spiffe://test.example/grpc-go"}})
-	files := testcerts.WriteFiles(t, t.TempDir(), client, pki.ca.PEM)
-	clientBootstrap := e2e.Bootstrap(t, e2e.BootstrapOptions{
-		ServerURIs: []string{env.ms.Address},
-		NodeID:     env.nodeID + "-client",
-		CertificateProviders: map[string]json.RawMessage{
-			"client-identity": fileWatcher(map[string]string{"certificate_file": files.Cert, "private_key_file": files.Key, "refresh_interval": "600s"}, 0),
-			"client-roots":    fileWatcher(map[string]string{"ca_certificate_file": files.CA, "refresh_interval": "600s"}, 0),
-		},
-	})
-	host, port := hostPort(addr)
-	if err := env.ms.Update(ctx, e2e.Resources{
-		Listeners: []*listenerpb.Listener{serverListener, clientAPIListener(t)},
-		Clusters:  []*clusterpb.Cluster{tlsCluster(t, "client-identity", "client-roots")},
-		Raw:       map[string][]proto.Message{resourcev3.EndpointType: {endpoints(host, port)}},
-	}); err != nil {
-		t.Fatalf("ms.Update: %v", err)
-	}
 	s.serveOn(lis)
-
-	resolver, err := grpcxds.NewXDSResolverWithConfigForTesting(clientBootstrap)
-	if err != nil {
-		t.Fatalf("grpc-go NewXDSResolverWithConfigForTesting: %v", err)
-	}
-	creds, err := xdscreds.NewClientCredentials(xdscreds.ClientOptions{FallbackCreds: insecure.NewCredentials()})
-	if err != nil {
-		t.Fatalf("grpc-go NewClientCredentials: %v", err)
-	}
-	cc, err := grpc.NewClient("xds:///"+interopTarget, grpc.WithTransportCredentials(creds), grpc.WithResolvers(resolver))
-	if err != nil {
-		t.Fatalf("grpc.NewClient(xds:///%s): %v", interopTarget, err)
-	}
-	defer cc.Close()
+	cc, client := grpcGoXDSClient(ctx, t, env, pki, serverListener, addr)
 
 	var p peer.Peer
 	if _, err := testgrpc.NewTestServiceClient(cc).EmptyCall(ctx, &testpb.Empty{}, grpc.WaitForReady(true), grpc.Peer(&p)); err != nil {
@@ -119,6 +88,48 @@ func TestCredsInteropWithGRPCGoClient(t *testing.T) {
 	if sinfo.SPIFFEID.String() != "spiffe://test.example/grpc-go" {
 		t.Errorf("server-side SPIFFEID = %v, want spiffe://test.example/grpc-go", sinfo.SPIFFEID)
 	}
+}
+
+// grpcGoXDSClient returns grpc-go's own client of xds:///interopTarget,
+// with grpc-go's xDS credentials, and the certificate it presents: env's
+// management server gets the server's Listener serverListener, the
+// client's Listener, an mTLS Cluster whose certificates come from
+// file_watcher providers of the client's own bootstrap, and the endpoint
+// addr. The client is closed when the test ends.
+func grpcGoXDSClient(ctx context.Context, t *testing.T, env *testEnv, pki *testPKI, serverListener *listenerpb.Listener, addr net.Addr) (*grpc.ClientConn, *testcerts.Leaf) {
+	t.Helper()
+	client := pki.ca.Issue(t, testcerts.LeafOptions{CommonName: "grpc-go-client", URIs: []string{"spiffe://test.example/grpc-go"}})
+	files := testcerts.WriteFiles(t, t.TempDir(), client, pki.ca.PEM)
+	clientBootstrap := e2e.Bootstrap(t, e2e.BootstrapOptions{
+		ServerURIs: []string{env.ms.Address},
+		NodeID:     env.nodeID + "-client",
+		CertificateProviders: map[string]json.RawMessage{
+			"client-identity": fileWatcher(map[string]string{"certificate_file": files.Cert, "private_key_file": files.Key, "refresh_interval": "600s"}, 0),
+			"client-roots":    fileWatcher(map[string]string{"ca_certificate_file": files.CA, "refresh_interval": "600s"}, 0),
+		},
+	})
+	host, port := hostPort(addr)
+	if err := env.ms.Update(ctx, e2e.Resources{
+		Listeners: []*listenerpb.Listener{serverListener, clientAPIListener(t)},
+		Clusters:  []*clusterpb.Cluster{tlsCluster(t, "client-identity", "client-roots")},
+		Raw:       map[string][]proto.Message{resourcev3.EndpointType: {endpoints(host, port)}},
+	}); err != nil {
+		t.Fatalf("ms.Update: %v", err)
+	}
+	resolver, err := grpcxds.NewXDSResolverWithConfigForTesting(clientBootstrap)
+	if err != nil {
+		t.Fatalf("grpc-go NewXDSResolverWithConfigForTesting: %v", err)
+	}
+	creds, err := xdscreds.NewClientCredentials(xdscreds.ClientOptions{FallbackCreds: insecure.NewCredentials()})
+	if err != nil {
+		t.Fatalf("grpc-go NewClientCredentials: %v", err)
+	}
+	cc, err := grpc.NewClient("xds:///"+interopTarget, grpc.WithTransportCredentials(creds), grpc.WithResolvers(resolver))
+	if err != nil {
+		t.Fatalf("grpc.NewClient(xds:///%s): %v", interopTarget, err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc, client
 }
 
 // clientAPIListener is the client's Listener: an api_listener whose inline
