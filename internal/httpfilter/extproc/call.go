@@ -139,14 +139,20 @@ type answer struct {
 // the answer to them.
 func (c *call) RunAfter(ctx context.Context) (context.Context, error) {
 	c.ctx = ctx
-	if !c.mode.RequestHeaders {
+	if !c.mode.RequestHeaders && len(c.cfg.RequestAttributes) == 0 {
 		return ctx, nil
 	}
-	defer c.step.record(ctx, durClientHeaders, time.Now())
 	md, _ := metadata.FromIncomingContext(ctx) // a copy
 	if md == nil {
 		md = metadata.MD{}
 	}
+	// The attributes read the request's headers as they arrived here
+	// (request.headers, request.useragent, ...).
+	c.req.Header = md.Copy()
+	if !c.mode.RequestHeaders {
+		return ctx, nil
+	}
+	defer c.step.record(ctx, durClientHeaders, time.Now())
 	req := &pb.ProcessingRequest{Request: &pb.ProcessingRequest_RequestHeaders{RequestHeaders: &pb.HttpHeaders{
 		Headers: c.headerMap(md, c.requestPseudo()),
 	}}}

@@ -15,8 +15,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/proxyless-grpc/xds/internal/accesslog"
 	"github.com/proxyless-grpc/xds/internal/httpfilter"
 	"github.com/proxyless-grpc/xds/internal/metrics"
+	"github.com/proxyless-grpc/xds/internal/responseinfo"
 )
 
 // The response path (ARCHITECTURE.md, "The response path"): the events of
@@ -42,11 +44,104 @@ type call struct {
 	events httpfilter.Events
 }
 
-// started records a call whose work is about to run: its End is owed.
-func (q *sequence) started(w httpfilter.After, f *filterInfo) {
-	if c, ok := w.(httpfilter.Call); ok {
-		q.calls = append(q.calls, call{c: c, filter: f})
+// started records a call whose work is about to run: its End is owed. From
+// the first call on, the headers and trailers the work of the RPC sets
+// (grpc.SetHeader, grpc.SetTrailer: a refusal's trailers) are held in the
+// returned context, so that they go through the calls' hooks.
+func (q *sequence) started(ctx context.Context, w httpfilter.After, f *filterInfo) context.Context {
+	c, ok := w.(httpfilter.Call)
+	if !ok {
+		return ctx
 	}
+	q.calls = append(q.calls, call{c: c, filter: f})
+	if q.held == nil {
+		if ts := grpc.ServerTransportStreamFromContext(ctx); ts != nil {
+			q.held = &heldStream{below: ts}
+			ctx = grpc.NewContextWithServerTransportStream(ctx, q.held)
+		}
+	}
+	return ctx
+}
+
+// heldStream holds the headers and trailers set on an RPC's transport
+// stream while its filters run, once a call started, until the response
+// path takes them (take) and passes the rest through. Safe for concurrent
+// use.
+type heldStream struct {
+	below grpc.ServerTransportStream
+
+	mu              sync.Mutex
+	taken           bool // the response path has them; the rest goes below
+	header, trailer metadata.MD
+}
+
+func (h *heldStream) Method() string { return h.below.Method() }
+
+func (h *heldStream) SetHeader(md metadata.MD) error {
+	h.mu.Lock()
+	if !h.taken {
+		h.header = metadata.Join(h.header, md)
+		h.mu.Unlock()
+		return nil
+	}
+	h.mu.Unlock()
+	return h.below.SetHeader(md)
+}
+
+func (h *heldStream) SendHeader(md metadata.MD) error {
+	// Sending headers before the handler is no filter's business: what
+	// is held goes first, then these.
+	header, trailer := h.take()
+	if len(trailer) > 0 {
+		_ = h.below.SetTrailer(trailer)
+	}
+	return h.below.SendHeader(metadata.Join(header, md))
+}
+
+func (h *heldStream) SetTrailer(md metadata.MD) error {
+	h.mu.Lock()
+	if !h.taken {
+		h.trailer = metadata.Join(h.trailer, md)
+		h.mu.Unlock()
+		return nil
+	}
+	h.mu.Unlock()
+	return h.below.SetTrailer(md)
+}
+
+// take returns what is held, and passes whatever comes later below.
+func (h *heldStream) take() (header, trailer metadata.MD) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.taken = true
+	header, trailer = h.header, h.trailer
+	h.header, h.trailer = nil, nil
+	return header, trailer
+}
+
+// flush passes what h holds below (nil h: nothing).
+func (h *heldStream) flush() {
+	if h == nil {
+		return
+	}
+	header, trailer := h.take()
+	if len(header) > 0 {
+		_ = h.below.SetHeader(header)
+	}
+	if len(trailer) > 0 {
+		_ = h.below.SetTrailer(trailer)
+	}
+}
+
+// adopt has e start from what h holds (nil h: the context's transport
+// stream is the one below).
+func (e *eventRPC) adopt(ctx context.Context, h *heldStream) {
+	if h == nil {
+		e.ts = grpc.ServerTransportStreamFromContext(ctx)
+		return
+	}
+	e.ts = h.below
+	e.header, e.trailer = h.take()
 }
 
 // refusedBy records that w, whose RunAfter just refused the RPC, was the
@@ -198,7 +293,7 @@ func (e *eventRPC) endedWith() error {
 
 // rpcError is the status a call's error gives the client: a status error
 // keeps its code, others are UNKNOWN (as a handler's error);
-// httpfilter.ErrSkipHandler ends the RPC with OK (okEnd).
+// httpfilter.ErrSkipHandler ends the RPC with OK (statusOf).
 func rpcError(err error) error {
 	if errors.Is(err, httpfilter.ErrSkipHandler) {
 		return err
@@ -543,6 +638,9 @@ func (e *eventRPC) finish(herr error) error {
 		t, send := c.c.(httpfilter.TrailerSender), e.sendInto(j+1)
 		if err := hook(e.ctx, c, func() error {
 			out := t.SendTrailer(e.ctx, st, trailer, send)
+			if errors.Is(out, httpfilter.ErrSkipHandler) {
+				out = nil // a call's OK: the status the calls after it see
+			}
 			st = out
 			return nil
 		}); err != nil {
@@ -632,27 +730,31 @@ func (s *eventStream) RecvMsg(m any) error {
 // started, as Envoy sends a local reply through the encoder filters before
 // the one that replied: their HeaderSenders (endOfStream) and
 // TrailerSenders see the refusal, and may change its headers, trailers
-// and status; then every call ends. ss is nil for a unary RPC. It returns
-// the status the client gets.
-func refuse(ctx context.Context, ss grpc.ServerStream, q *sequence, err error) error {
+// and status; then every call ends. ss is nil for a unary RPC;
+// oneResponse: a streaming RPC whose client expects one response (an OK
+// end sends it an empty one). It returns the status the client gets.
+func refuse(ctx context.Context, ss grpc.ServerStream, oneResponse bool, q *sequence, err error) error {
 	calls := q.calls
 	if q.callRefused {
 		// The call that refused does not see its own refusal.
 		calls = calls[:len(calls)-1]
 	}
+	handled := false
 	if len(calls) > 0 {
 		e, eerr := newEventRPC(ctx, slices.Clone(calls), ss == nil)
 		switch {
 		case eerr != nil:
 			err = eerr
 		case e != nil:
-			e.ss, e.ts = ss, grpc.ServerTransportStreamFromContext(ctx)
+			handled = true
+			e.ss = ss
+			e.adopt(ctx, q.held)
 			if e.ss != nil || e.ts != nil {
 				if skip := errors.Is(err, httpfilter.ErrSkipHandler); skip {
 					// Ended OK without the handler: the response is
 					// an empty message (for a unary RPC), so not
 					// Trailers-Only; the hooks may still fail it.
-					if ss == nil {
+					if ss == nil || oneResponse {
 						e.sent++
 					}
 					if st := e.finish(nil); st != nil {
@@ -665,23 +767,28 @@ func refuse(ctx context.Context, ss grpc.ServerStream, q *sequence, err error) e
 			e.cancel()
 		}
 	}
+	if !handled {
+		q.held.flush()
+	}
 	endCalls(ctx, q.calls, statusOf(err))
 	return err
 }
 
 // serveUnary runs a unary RPC whose filters left calls: the handler with
 // the response path, then the calls' ends.
-func serveUnary(ctx context.Context, calls []call, req any, handler grpc.UnaryHandler) (resp any, err error) {
+func serveUnary(ctx context.Context, q *sequence, req any, handler grpc.UnaryHandler) (resp any, err error) {
+	calls := q.calls
 	defer func() { endCalls(ctx, calls, err) }()
 	e, err := newEventRPC(ctx, calls, true)
 	if err != nil || e == nil {
+		q.held.flush()
 		if err != nil {
 			return nil, err
 		}
 		return handler(ctx, req)
 	}
 	defer e.cancel()
-	e.ts = grpc.ServerTransportStreamFromContext(ctx)
+	e.adopt(ctx, q.held)
 	if e.ts == nil {
 		return nil, status.Error(codes.Internal, "xds: the RPC has no transport stream")
 	}
@@ -700,11 +807,13 @@ func serveUnary(ctx context.Context, calls []call, req any, handler grpc.UnaryHa
 
 // serveStream is serveUnary for a streaming RPC; oneResponse: the client
 // expects one response message (client streaming).
-func serveStream(srv any, ss grpc.ServerStream, calls []call, oneResponse bool, handler grpc.StreamHandler) (err error) {
+func serveStream(srv any, ss grpc.ServerStream, q *sequence, oneResponse bool, handler grpc.StreamHandler) (err error) {
 	ctx := ss.Context()
+	calls := q.calls
 	defer func() { endCalls(ctx, calls, err) }()
 	e, err := newEventRPC(ctx, calls, false)
 	if err != nil || e == nil {
+		q.held.flush()
 		if err != nil {
 			return err
 		}
@@ -714,14 +823,49 @@ func serveStream(srv any, ss grpc.ServerStream, calls []call, oneResponse bool, 
 	e.ss, e.oneResponse = ss, oneResponse
 	e.below = func(m proto.Message) error { return ss.RecvMsg(m) }
 	e.hctx = e.ctx
-	if e.ts = grpc.ServerTransportStreamFromContext(ctx); e.ts != nil {
+	if e.adopt(ctx, q.held); e.ts != nil {
 		e.hctx = grpc.NewContextWithServerTransportStream(e.ctx, transportStream{e})
 	}
 	herr := handler(srv, &eventStream{ServerStream: ss, e: e})
-	st := statusOf(e.finish(herr))
-	if st == nil && oneResponse && e.sent == 0 && herr == nil {
+	fin := e.finish(herr)
+	if errors.Is(fin, httpfilter.ErrSkipHandler) {
+		// A call ended the RPC with OK: as a filter's ErrSkipHandler, a
+		// client that expects one response gets an empty one.
+		if oneResponse && e.sent == 0 {
+			return ss.SendMsg(nil)
+		}
+		return nil
+	}
+	if fin == nil && oneResponse && e.sent == 0 && herr == nil {
 		// As for a unary RPC: the client expects one response.
 		return status.Error(codes.Internal, "xds: the HTTP filters of this route left a client-streaming RPC no response message")
 	}
-	return st
+	return fin
+}
+
+// The transport streams the response path puts in an RPC's context pass on
+// what the access log is told (responseinfo.Recorder) to the one below.
+
+// AddResponseFlags implements responseinfo.Recorder.
+func (h *heldStream) AddResponseFlags(f accesslog.Flags) { addFlags(h.below, f) }
+
+// RequestChanged implements responseinfo.Recorder.
+func (h *heldStream) RequestChanged(ctx context.Context) { requestChanged(h.below, ctx) }
+
+// AddResponseFlags implements responseinfo.Recorder.
+func (t transportStream) AddResponseFlags(f accesslog.Flags) { addFlags(t.e.ts, f) }
+
+// RequestChanged implements responseinfo.Recorder.
+func (t transportStream) RequestChanged(ctx context.Context) { requestChanged(t.e.ts, ctx) }
+
+func addFlags(below grpc.ServerTransportStream, f accesslog.Flags) {
+	if r, ok := below.(responseinfo.Recorder); ok {
+		r.AddResponseFlags(f)
+	}
+}
+
+func requestChanged(below grpc.ServerTransportStream, ctx context.Context) {
+	if r, ok := below.(responseinfo.Recorder); ok {
+		r.RequestChanged(ctx)
+	}
 }

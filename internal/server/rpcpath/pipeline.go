@@ -82,6 +82,9 @@ type sequence struct {
 	calls []call
 	// callRefused: the last of calls refused the RPC in its RunAfter.
 	callRefused bool
+	// held holds the headers and trailers the work sets once a call
+	// started (events.go); nil before.
+	held *heldStream
 }
 
 // errStopped is sequence.run's report, in the tap, that a stage returned
@@ -102,7 +105,7 @@ func (q *sequence) run(ctx context.Context, inTap bool) (out context.Context, er
 	}()
 	if w := q.pending; w != nil {
 		q.pending = nil
-		q.started(w, q.stages[running].filter)
+		ctx = q.started(ctx, w, q.stages[running].filter)
 		if ctx, err = w.RunAfter(ctx); err != nil {
 			q.refusedBy(w)
 			return ctx, err
@@ -131,7 +134,7 @@ func (q *sequence) run(ctx context.Context, inTap bool) (out context.Context, er
 				q.pending = w
 				return ctx, errStopped
 			}
-			q.started(w, st.filter)
+			ctx = q.started(ctx, w, st.filter)
 			if ctx, err = w.RunAfter(ctx); err != nil {
 				q.refusedBy(w)
 				return ctx, err
@@ -215,13 +218,13 @@ func unaryAfter(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler g
 			responseinfo.RequestChanged(ctx)
 		}
 		if err != nil {
-			if err = refuse(ctx, nil, q, err); errors.Is(err, httpfilter.ErrSkipHandler) {
+			if err = refuse(ctx, nil, true, q, err); errors.Is(err, httpfilter.ErrSkipHandler) {
 				return nil, nil
 			}
 			return nil, err
 		}
 		if len(q.calls) > 0 {
-			return serveUnary(ctx, q.calls, req, handler)
+			return serveUnary(ctx, q, req, handler)
 		}
 	}
 	return handler(ctx, req)
@@ -239,7 +242,7 @@ func streamAfter(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, han
 			responseinfo.RequestChanged(ctx)
 		}
 		if err != nil {
-			if err = refuse(ctx, ss, q, err); errors.Is(err, httpfilter.ErrSkipHandler) {
+			if err = refuse(ctx, ss, !info.IsServerStream, q, err); errors.Is(err, httpfilter.ErrSkipHandler) {
 				if !info.IsServerStream {
 					return ss.SendMsg(nil)
 				}
@@ -251,7 +254,7 @@ func streamAfter(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, han
 			ss = &streamWithContext{ServerStream: ss, ctx: ctx}
 		}
 		if len(q.calls) > 0 {
-			return serveStream(srv, ss, q.calls, !info.IsServerStream && info.IsClientStream, handler)
+			return serveStream(srv, ss, q, !info.IsServerStream && info.IsClientStream, handler)
 		}
 	}
 	return handler(srv, ss)
