@@ -8,6 +8,7 @@ package e2e_test
 //
 //	go test -race -run TestPipelineModel ./e2e            # the fixed seeds (CI)
 //	PIPELINE_SEEDS=2000 go test -run TestPipelineModel ./e2e  # more of them
+//	PIPELINE_FIRST_SEED=20000 PIPELINE_SEEDS=2000 go test -run TestPipelineModel ./e2e  # others
 //	go test -run '^$' -fuzz FuzzPipeline -fuzztime 10m ./e2e
 //	PIPELINE_CASE=/tmp/case.json go test -run TestPipelineCase ./e2e   # one case, as printed
 
@@ -19,6 +20,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,11 +39,12 @@ import (
 
 // pfKnown are the deviations of the server from the model that were
 // reported and await a decision (see docs/testing.md): the model predicts
-// them as the server behaves, so that the fuzzer finds the others.
+// them as the server behaves, so that the fuzzer finds the others. Each
+// has its minimal case in pfKnownCases (pipeline_regressions_test.go).
 var pfKnown = map[string]bool{}
 
 // pfSeeds are the seeds TestPipelineModel runs: about 25 s under the race
-// detector on a 2-core machine.
+// detector on a 2-core machine, ext_proc's processor included.
 const pfSeeds = 600
 
 // pfTimeout bounds one RPC of a case (a hang the model does not expect
@@ -53,22 +56,27 @@ const (
 )
 
 func TestPipelineModel(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	seeds := uint64(pfSeeds)
+	seeds, first := uint64(pfSeeds), uint64(0)
 	if n, err := strconv.ParseUint(os.Getenv("PIPELINE_SEEDS"), 10, 64); err == nil {
 		seeds = n
 	}
+	if n, err := strconv.ParseUint(os.Getenv("PIPELINE_FIRST_SEED"), 10, 64); err == nil {
+		first = n
+	}
+	// About 40 ms a case without the race detector, 5 times that with it.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute+time.Duration(seeds)*200*time.Millisecond)
+	defer cancel()
 	f := startPFFixture(ctx, t)
 	start := time.Now()
 	rpcs := 0
 	tally := map[string]int{}
-	for seed := range seeds {
+	for i := range seeds {
+		seed := first + i
 		c := pm.GenerateSeed(seed, f.env)
 		rpcs += len(c.RPCs)
 		pfTally(tally, c)
 		if diff := f.run(ctx, t, c); diff != "" {
-			t.Logf("a difference after %d cases (%d RPCs) in %v", seed+1, rpcs, time.Since(start).Round(time.Millisecond))
+			t.Logf("a difference after %d cases (%d RPCs) in %v", i+1, rpcs, time.Since(start).Round(time.Millisecond))
 			f.fail(ctx, t, fmt.Sprintf("seed %d", seed), c, diff)
 			return
 		}
@@ -87,6 +95,9 @@ func pfTally(tally map[string]int, c pm.Case) {
 		if len(o.Calls) > 0 {
 			tally["side calls"] += len(o.Calls)
 		}
+		for _, e := range o.Proc {
+			tally["proc "+e.Event]++
+		}
 		if len(o.Header) > 0 {
 			tally["response headers"]++
 		}
@@ -100,6 +111,13 @@ func pfTally(tally map[string]int, c pm.Case) {
 		}
 		for _, a := range r.RLS {
 			tally["rls "+a.Kind]++
+		}
+		for _, p := range r.Proc {
+			for _, ev := range []string{pm.EventRequestHeaders, pm.EventResponseHeaders, pm.EventResponseTrailers} {
+				if k := p.Answer(ev).Kind; k != "" {
+					tally["proc answer "+k]++
+				}
+			}
 		}
 	}
 }
@@ -172,8 +190,15 @@ shrinking:
 }
 
 // run runs c against the server and returns the first difference between
-// what the RPCs gave and what the model predicts; "" when there is none.
+// what the RPCs gave and what the model predicts, the known deviations
+// accepted; "" when there is none.
 func (f *pfFixture) run(ctx context.Context, t testing.TB, c pm.Case) string {
+	t.Helper()
+	return f.runWith(ctx, t, c, pfKnown)
+}
+
+// runWith is run with the deviations accept accepted.
+func (f *pfFixture) runWith(ctx context.Context, t testing.TB, c pm.Case, accept map[string]bool) string {
 	t.Helper()
 	c.Env = f.env
 	script := map[string]*pm.RPC{}
@@ -181,7 +206,7 @@ func (f *pfFixture) run(ctx context.Context, t testing.TB, c pm.Case) string {
 		c.RPCs[i].ID = f.newID()
 		script[c.RPCs[i].ID] = &c.RPCs[i]
 	}
-	want := pm.PredictWith(c, pm.Options{Accept: pfKnown})
+	want := pm.PredictWith(c, pm.Options{Accept: accept})
 	cancels := map[string]context.CancelFunc{}
 	f.rec.mu.Lock()
 	f.rec.script = script
@@ -202,6 +227,7 @@ func (f *pfFixture) run(ctx context.Context, t testing.TB, c pm.Case) string {
 	}
 	defer cc.Close()
 	client := testgrpc.NewTestServiceClient(cc)
+	hasProc := slices.ContainsFunc(c.Chain.Filters, func(f pm.Filter) bool { return f.ExtProc != nil })
 	for i := range c.RPCs {
 		r := &c.RPCs[i]
 		deadline := time.Now().Add(pfTimeout)
@@ -222,8 +248,14 @@ func (f *pfFixture) run(ctx context.Context, t testing.TB, c pm.Case) string {
 			kv = append(kv, h.Key, h.V())
 		}
 		rctx = metadata.AppendToOutgoingContext(rctx, kv...)
+		f.rec.mu.Lock()
+		f.rec.current = r.ID
+		f.rec.mu.Unlock()
 		got := pfCall(rctx, cc, client, r)
 		cancel()
+		if hasProc && (got.Code == codes.DeadlineExceeded || got.Code == codes.Canceled) {
+			f.rec.procQuiet(ctx)
+		}
 		// The server may still run an RPC the client gave up on.
 		testutils.WaitFor(ctx, t, "the server to end the case's RPCs", func() error {
 			if b := f.rec.busy(); len(b) > 0 {
@@ -248,6 +280,7 @@ func (f *pfFixture) observe(id string, got *pm.Outcome) string {
 	f.rec.mu.Lock()
 	defer f.rec.mu.Unlock()
 	got.Calls = f.rec.calls[id]
+	got.Proc = f.rec.proc[id]
 	s := f.rec.seen[id]
 	if s == nil {
 		return ""
@@ -310,6 +343,15 @@ func pfDiff(want, got pm.Outcome) string {
 	}
 	if len(want.Calls)+len(got.Calls) > 0 && !reflect.DeepEqual(want.Calls, got.Calls) {
 		add("side calls", want.Calls, got.Calls)
+	}
+	if proc := got.Proc; want.Ended && len(proc) > len(want.Proc) {
+		// After a hang, the events racing with the RPC's end.
+		proc = proc[:len(want.Proc)]
+		if len(want.Proc)+len(proc) > 0 && !reflect.DeepEqual(want.Proc, proc) {
+			add("processor events (before the hang)", want.Proc, got.Proc)
+		}
+	} else if len(want.Proc)+len(proc) > 0 && !reflect.DeepEqual(want.Proc, proc) {
+		add("processor events", want.Proc, got.Proc)
 	}
 	return strings.Join(d, "\n")
 }

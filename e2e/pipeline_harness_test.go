@@ -1,9 +1,9 @@
 package e2e_test
 
 // The harness of the pipeline property test (pipeline_fuzz_test.go): one
-// management server, one xds.GRPCServer, a scriptable authorization server
-// and rate limit service, all real and on loopback, started once per test
-// process (or fuzz worker); a case of internal/testutils/pipelinemodel is
+// management server, one xds.GRPCServer, a scriptable authorization server,
+// rate limit service and ext_proc processor, all real and on loopback,
+// started once per test process (or fuzz worker); a case of internal/testutils/pipelinemodel is
 // turned into a Listener, pushed, and its RPCs run on a new connection,
 // each observed from the client, the program's interceptors and handler,
 // and the side services.
@@ -16,6 +16,7 @@ import (
 	"io"
 	"net"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,12 +32,14 @@ import (
 	routepb "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	faultcommonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/common/fault/v3"
 	extauthzpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
+	extprocpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	faultpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	localratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/local_ratelimit/v3"
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	authpb "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	procpb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	matcherpb "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -164,12 +167,21 @@ type pfSeen struct {
 
 // pfRecorder records, by RPC ID, what the program's interceptors and
 // handler, and the side services, saw; and which RPCs the server is still
-// running (a stats handler: Begin to End).
+// running (a stats handler: Begin to End), and how many streams the
+// processor still serves.
 type pfRecorder struct {
 	mu       sync.Mutex
 	seen     map[string]*pfSeen
 	calls    map[string][]pm.Call
+	proc     map[string][]pm.ProcEvent
 	inFlight map[string]int
+	// procStreams are the processor's streams not ended; current is the
+	// ID of the RPC being run: a processor stream that starts belongs to
+	// it (the harness runs one RPC at a time, and waits for the streams
+	// of one to end before the next).
+	procStreams int
+	procStarted int
+	current     string
 	// script are the answers and handler codes of the RPCs of the current
 	// case, by ID; names maps the current case's filter instance names to
 	// the model's.
@@ -180,7 +192,7 @@ type pfRecorder struct {
 }
 
 func newPFRecorder() *pfRecorder {
-	return &pfRecorder{seen: map[string]*pfSeen{}, calls: map[string][]pm.Call{}, inFlight: map[string]int{}}
+	return &pfRecorder{seen: map[string]*pfSeen{}, calls: map[string][]pm.Call{}, proc: map[string][]pm.ProcEvent{}, inFlight: map[string]int{}}
 }
 
 func idOf(md metadata.MD) string {
@@ -268,7 +280,32 @@ func (s pfStats) HandleRPC(ctx context.Context, st stats.RPCStats) {
 	}
 }
 
-// busy returns the IDs of RPCs the server still runs.
+// procQuiet waits until the processor has had no stream, and none has
+// begun, for pfProcQuiet. An RPC that ended by its client's deadline or
+// cancellation may still send events to a processor after it ended (a
+// local reply through an ext_proc call whose stream was not open yet):
+// they must reach the processor while that RPC is the current one.
+func (r *pfRecorder) procQuiet(ctx context.Context) {
+	last, since := -1, time.Now()
+	for ctx.Err() == nil {
+		r.mu.Lock()
+		n, started := r.procStreams, r.procStarted
+		r.mu.Unlock()
+		if n != 0 || started != last {
+			last, since = started, time.Now()
+		} else if time.Since(since) >= pfProcQuiet {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// pfProcQuiet is how long the processor stays idle after an RPC its
+// client gave up on before the next one starts.
+const pfProcQuiet = 50 * time.Millisecond
+
+// busy returns the IDs of RPCs the server still runs, and the processor's
+// streams not ended.
 func (r *pfRecorder) busy() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -277,6 +314,9 @@ func (r *pfRecorder) busy() []string {
 		if n != 0 {
 			ids = append(ids, fmt.Sprintf("%s(%d)", id, n))
 		}
+	}
+	if r.procStreams != 0 {
+		ids = append(ids, fmt.Sprintf("%d processor streams", r.procStreams))
 	}
 	return ids
 }
@@ -506,6 +546,169 @@ func (s pfRLS) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest)
 	return resp, nil
 }
 
+// pfProc is the scriptable ext_proc processor: it answers each event of a
+// stream as the script of the stream's RPC says for the filter named in
+// the stream's x-filter, and records the events it handles.
+type pfProc struct {
+	procpb.UnimplementedExternalProcessorServer
+	r *pfRecorder
+}
+
+// pfProcStats counts the processor's streams not ended.
+type pfProcStats struct{ r *pfRecorder }
+
+func (pfProcStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (pfProcStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (pfProcStats) HandleConn(context.Context, stats.ConnStats) {}
+func (s pfProcStats) HandleRPC(_ context.Context, st stats.RPCStats) {
+	switch st.(type) {
+	case *stats.Begin:
+		s.r.mu.Lock()
+		s.r.procStreams++
+		s.r.procStarted++
+		s.r.mu.Unlock()
+	case *stats.End:
+		s.r.mu.Lock()
+		s.r.procStreams--
+		s.r.mu.Unlock()
+	}
+}
+
+func pfHeaderMapOf(hm *corepb.HeaderMap) map[string][]string {
+	out := map[string][]string{}
+	for _, h := range hm.GetHeaders() {
+		v := string(h.GetRawValue())
+		if v == "" {
+			v = h.GetValue()
+		}
+		out[h.GetKey()] = append(out[h.GetKey()], v)
+	}
+	return out
+}
+
+func pfStatusOf(hm map[string][]string) *int {
+	v := hm["grpc-status"]
+	if len(v) != 1 {
+		return nil
+	}
+	n, err := strconv.Atoi(v[0])
+	if err != nil {
+		n = -1
+	}
+	return &n
+}
+
+func (p pfProc) Process(st procpb.ExternalProcessor_ProcessServer) error {
+	ctx := st.Context()
+	md, _ := metadata.FromIncomingContext(ctx)
+	p.r.mu.Lock()
+	id := p.r.current
+	name := p.r.names[strings.Join(md.Get("x-filter"), ",")]
+	if name == "" {
+		name = "unknown filter " + strings.Join(md.Get("x-filter"), ",")
+	}
+	p.r.mu.Unlock()
+	for {
+		req, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		ev := pm.ProcEvent{Filter: name}
+		switch x := req.GetRequest().(type) {
+		case *procpb.ProcessingRequest_RequestHeaders:
+			ev.Event = pm.EventRequestHeaders
+			hm := pfHeaderMapOf(x.RequestHeaders.GetHeaders())
+			delete(hm, ":authority")
+			ev.Headers = pm.Observe(hm)
+		case *procpb.ProcessingRequest_ResponseHeaders:
+			ev.Event, ev.EndOfStream = pm.EventResponseHeaders, x.ResponseHeaders.GetEndOfStream()
+			ev.Status = pfStatusOf(pfHeaderMapOf(x.ResponseHeaders.GetHeaders()))
+		case *procpb.ProcessingRequest_ResponseTrailers:
+			ev.Event = pm.EventResponseTrailers
+			ev.Status = pfStatusOf(pfHeaderMapOf(x.ResponseTrailers.GetTrailers()))
+		default:
+			ev.Event = fmt.Sprintf("unexpected %T", x)
+		}
+		p.r.mu.Lock()
+		p.r.proc[id] = append(p.r.proc[id], ev)
+		rpc := p.r.script[id]
+		p.r.mu.Unlock()
+		var script *pm.ProcScript
+		if rpc != nil {
+			script = rpc.Proc[name]
+		}
+		a := script.Answer(ev.Event)
+		var resp *procpb.ProcessingResponse
+		switch a.Kind {
+		case "hang":
+			// No answer: until the filter half-closes the stream (its RPC
+			// ended) or cancels it; what it sends meanwhile is not
+			// recorded.
+			p.r.mu.Lock()
+			hung := p.r.hung
+			p.r.mu.Unlock()
+			if hung != nil {
+				hung(id)
+			}
+			for {
+				if _, err := st.Recv(); err != nil {
+					return nil
+				}
+			}
+		case "fail":
+			return status.Error(codes.Code(a.Code), "scripted failure")
+		case "close":
+			return nil
+		case "wrong":
+			// An answer for an event that is not waiting for one.
+			wrong := pm.EventResponseHeaders
+			if ev.Event == pm.EventResponseHeaders {
+				wrong = pm.EventRequestHeaders
+			}
+			resp = pfHeadersAnswer(wrong, nil)
+		case "immediate":
+			ir := &procpb.ImmediateResponse{
+				Status:     &typepb.HttpStatus{Code: typepb.StatusCode_OK},
+				GrpcStatus: &procpb.GrpcStatus{Status: uint32(a.Code)},
+				Details:    pm.ImmediateDetails,
+			}
+			if len(a.Set) > 0 {
+				ir.Headers = &procpb.HeaderMutation{SetHeaders: pfOptions(a.Set)}
+			}
+			resp = &procpb.ProcessingResponse{Response: &procpb.ProcessingResponse_ImmediateResponse{ImmediateResponse: ir}}
+		default:
+			var m *procpb.HeaderMutation
+			if len(a.Set)+len(a.Remove) > 0 {
+				m = &procpb.HeaderMutation{SetHeaders: pfOptions(a.Set), RemoveHeaders: a.Remove}
+			}
+			resp = pfHeadersAnswer(ev.Event, m)
+		}
+		if err := st.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// pfHeadersAnswer is the CONTINUE answer to event with the mutation m.
+func pfHeadersAnswer(event string, m *procpb.HeaderMutation) *procpb.ProcessingResponse {
+	hr := &procpb.HeadersResponse{}
+	if m != nil {
+		hr.Response = &procpb.CommonResponse{HeaderMutation: m}
+	}
+	switch event {
+	case pm.EventRequestHeaders:
+		return &procpb.ProcessingResponse{Response: &procpb.ProcessingResponse_RequestHeaders{RequestHeaders: hr}}
+	case pm.EventResponseHeaders:
+		return &procpb.ProcessingResponse{Response: &procpb.ProcessingResponse_ResponseHeaders{ResponseHeaders: hr}}
+	}
+	return &procpb.ProcessingResponse{Response: &procpb.ProcessingResponse_ResponseTrailers{ResponseTrailers: &procpb.TrailersResponse{HeaderMutation: m}}}
+}
+
 // --- the fixture ---
 
 // pfSideLimit is the side services' receive limit: oversized requests are
@@ -521,6 +724,7 @@ type pfFixture struct {
 	rec       *pfRecorder
 	authzAddr string
 	rlsAddr   string
+	procAddr  string
 	env       pm.Env
 	gen       atomic.Int64 // the last configuration pushed
 	ids       atomic.Int64 // RPC IDs given so far
@@ -530,12 +734,12 @@ type pfFixture struct {
 func startPFFixture(ctx context.Context, t testing.TB) *pfFixture {
 	t.Helper()
 	f := &pfFixture{rec: newPFRecorder(), modes: make(chan connectivity.ServingMode, 100)}
-	side := func(register func(*grpc.Server)) string {
+	side := func(register func(*grpc.Server), opts ...grpc.ServerOption) string {
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := grpc.NewServer(grpc.MaxRecvMsgSize(pfSideLimit))
+		s := grpc.NewServer(append(opts, grpc.MaxRecvMsgSize(pfSideLimit))...)
 		register(s)
 		done := make(chan struct{})
 		go func() { s.Serve(lis); close(done) }()
@@ -544,13 +748,14 @@ func startPFFixture(ctx context.Context, t testing.TB) *pfFixture {
 	}
 	f.authzAddr = side(func(s *grpc.Server) { authpb.RegisterAuthorizationServer(s, pfAuthz{r: f.rec}) })
 	f.rlsAddr = side(func(s *grpc.Server) { rlspb.RegisterRateLimitServiceServer(s, pfRLS{r: f.rec}) })
+	f.procAddr = side(func(s *grpc.Server) { procpb.RegisterExternalProcessorServer(s, pfProc{r: f.rec}) }, grpc.StatsHandler(pfProcStats{f.rec}))
 
 	f.ms = e2e.StartManagementServer(t, e2e.ManagementServerOptions{})
 	allowed := `{"channel_creds": [{"type": "insecure"}]}`
 	bootstrap := e2e.Bootstrap(t, e2e.BootstrapOptions{
 		ServerURIs: []string{f.ms.Address}, NodeID: "node-pipeline-fuzz",
 		ServerListenerResourceNameTemplate: e2e.ServerListenerNameTemplate,
-		AllowedGRPCServices:                map[string]json.RawMessage{f.authzAddr: json.RawMessage(allowed), f.rlsAddr: json.RawMessage(allowed)},
+		AllowedGRPCServices:                map[string]json.RawMessage{f.authzAddr: json.RawMessage(allowed), f.rlsAddr: json.RawMessage(allowed), f.procAddr: json.RawMessage(allowed)},
 	})
 	opts := append([]grpc.ServerOption{
 		xds.BootstrapContents(bootstrap),
@@ -817,16 +1022,7 @@ func pfExtAuthz(f *pfFixture, c *pm.ExtAuthz, name string) *extauthzpb.ExtAuthz 
 	if c.StatusOnError != 0 {
 		m.StatusOnError = &typepb.HttpStatus{Code: typepb.StatusCode(c.StatusOnError)}
 	}
-	if r := c.Rules; r != nil {
-		mr := &mutationpb.HeaderMutationRules{DisallowAll: wrapperspb.Bool(r.DisallowAll), DisallowIsError: wrapperspb.Bool(r.DisallowIsError)}
-		if r.Allow != "" {
-			mr.AllowExpression = &matcherpb.RegexMatcher{Regex: r.Allow}
-		}
-		if r.Disallow != "" {
-			mr.DisallowExpression = &matcherpb.RegexMatcher{Regex: r.Disallow}
-		}
-		m.DecoderHeaderMutationRules = mr
-	}
+	m.DecoderHeaderMutationRules = pfMutationRules(c.Rules)
 	return m
 }
 
@@ -947,6 +1143,54 @@ func pfScriptConfig(c *pm.Script) *xdstypepb.TypedStruct {
 	return &xdstypepb.TypedStruct{TypeUrl: url, Value: s}
 }
 
+func pfProcMode(m pm.ProcMode) *extprocpb.ProcessingMode {
+	mode := func(s string) extprocpb.ProcessingMode_HeaderSendMode {
+		switch s {
+		case "SEND":
+			return extprocpb.ProcessingMode_SEND
+		case "SKIP":
+			return extprocpb.ProcessingMode_SKIP
+		}
+		return extprocpb.ProcessingMode_DEFAULT
+	}
+	return &extprocpb.ProcessingMode{RequestHeaderMode: mode(m.RequestHeaders), ResponseHeaderMode: mode(m.ResponseHeaders), ResponseTrailerMode: mode(m.ResponseTrailers)}
+}
+
+func pfMutationRules(r *pm.MutationRules) *mutationpb.HeaderMutationRules {
+	if r == nil {
+		return nil
+	}
+	mr := &mutationpb.HeaderMutationRules{DisallowAll: wrapperspb.Bool(r.DisallowAll), DisallowIsError: wrapperspb.Bool(r.DisallowIsError)}
+	if r.Allow != "" {
+		mr.AllowExpression = &matcherpb.RegexMatcher{Regex: r.Allow}
+	}
+	if r.Disallow != "" {
+		mr.DisallowExpression = &matcherpb.RegexMatcher{Regex: r.Disallow}
+	}
+	return mr
+}
+
+func pfExtProc(f *pfFixture, c *pm.ExtProc, name string) *extprocpb.ExternalProcessor {
+	return &extprocpb.ExternalProcessor{
+		GrpcService:              pfGRPCService(f.procAddr, name, false),
+		ProcessingMode:           pfProcMode(c.Mode),
+		FailureModeAllow:         c.FailureModeAllow,
+		DisableImmediateResponse: c.DisableImmediateResponse,
+		MutationRules:            pfMutationRules(c.Rules),
+	}
+}
+
+func pfExtProcPerRoute(o *pm.ExtProcPerRoute) *extprocpb.ExtProcPerRoute {
+	ov := &extprocpb.ExtProcOverrides{}
+	if o.Mode != nil {
+		ov.ProcessingMode = pfProcMode(*o.Mode)
+	}
+	if o.FailureModeAllow != nil {
+		ov.FailureModeAllow = wrapperspb.Bool(*o.FailureModeAllow)
+	}
+	return &extprocpb.ExtProcPerRoute{Override: &extprocpb.ExtProcPerRoute_Overrides{Overrides: ov}}
+}
+
 var disabledFilter = pfAny(&routepb.FilterConfig{Disabled: true})
 
 // pfListener is c's Listener for the fixture's server, as configuration
@@ -985,6 +1229,8 @@ func pfListener(f *pfFixture, c pm.Case, gen int64) (*listenerpb.Listener, error
 			cfg = pfGlobalRL(f, fl.RateLimit, name)
 		case fl.Script != nil:
 			cfg = pfScriptConfig(fl.Script)
+		case fl.ExtProc != nil:
+			cfg = pfExtProc(f, fl.ExtProc, name)
 		default:
 			return nil, fmt.Errorf("filter %q has no config", fl.Name)
 		}
@@ -1026,6 +1272,8 @@ func pfListener(f *pfFixture, c pm.Case, gen int64) (*listenerpb.Listener, error
 				cfg = &rlpb.RateLimitPerRoute{Domain: o.RateLimit.Domain, RateLimits: pfRateLimits(o.RateLimit.RateLimits)}
 			case o.Script != nil:
 				cfg = pfScriptConfig(o.Script)
+			case o.ExtProc != nil:
+				cfg = pfExtProcPerRoute(o.ExtProc)
 			default:
 				return nil, fmt.Errorf("route %d: override of %q is empty", i, fname)
 			}

@@ -7,9 +7,9 @@
 // proposes smaller cases, to report the smallest one that still differs.
 //
 // The model is written from the semantics (Envoy's filters, gRFCs A36,
-// A39, A41, A33, A92, A102; docs/filters.md), not from the library's code:
-// it imports none of the library's filter, routing, matching or rate limit
-// descriptor packages, and is small and sequential on purpose. The e2e
+// A39, A41, A33, A92, A93, A102; docs/filters.md), not from the library's
+// code: it imports none of the library's filter, routing, matching or rate
+// limit descriptor packages, and is small and sequential on purpose. The e2e
 // package's property test (e2e/pipeline_fuzz_test.go) holds the real
 // server to it. Pure: no I/O, no goroutine, no gRPC but its codes.
 package pipelinemodel
@@ -84,6 +84,7 @@ type Filter struct {
 	Fault     *Fault    `json:",omitempty"`
 	RateLimit *GlobalRL `json:",omitempty"`
 	Script    *Script   `json:",omitempty"`
+	ExtProc   *ExtProc  `json:",omitempty"`
 }
 
 // Kind names the filter's type.
@@ -101,12 +102,14 @@ func (f *Filter) Kind() string {
 		return "ratelimit"
 	case f.Script != nil:
 		return "script"
+	case f.ExtProc != nil:
+		return "ext_proc"
 	}
 	return "none"
 }
 
 // CallsOut reports whether the filter sends the request to a side service.
-func (f *Filter) CallsOut() bool { return f.ExtAuthz != nil || f.RateLimit != nil }
+func (f *Filter) CallsOut() bool { return f.ExtAuthz != nil || f.RateLimit != nil || f.ExtProc != nil }
 
 // Route is one route of the virtual host: a path matcher (Path exact, else
 // Prefix) and header matchers, all of which must match.
@@ -132,6 +135,7 @@ type Override struct {
 	Fault     *Fault             `json:",omitempty"`
 	RateLimit *RateLimitPerRoute `json:",omitempty"`
 	Script    *Script            `json:",omitempty"`
+	ExtProc   *ExtProcPerRoute   `json:",omitempty"`
 }
 
 // HeaderMatch is a header matcher: Exact, Prefix or Present (the kind),
@@ -371,9 +375,11 @@ type RPC struct {
 	// HandlerCode is the code the handler returns; 0: OK.
 	HandlerCode int `json:",omitempty"`
 	// Authz and RLS are the side services' answers to this RPC's calls,
-	// by filter name (none: allow with nothing, OK with nothing).
+	// and Proc the processor's to its ext_proc events, by filter name
+	// (none: allow with nothing, OK with nothing, CONTINUE).
 	Authz map[string]*AuthzAnswer `json:",omitempty"`
 	RLS   map[string]*RLSAnswer   `json:",omitempty"`
+	Proc  map[string]*ProcScript  `json:",omitempty"`
 }
 
 // IDLen is the length of an RPC's ID.

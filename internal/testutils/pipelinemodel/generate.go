@@ -10,11 +10,12 @@ import (
 // reads (RBAC and the script filter require x-user and x-tier, the fault
 // filter reads its abort header, descriptors read x-user; ext_authz,
 // the local rate limit's shadow headers, the rate limit service and the
-// script filter set them), and it favours the interactions that broke
-// before: a header set by one filter and read by the next, a failure mode
+// script filter and the ext_proc processor set them), and it favours the
+// interactions that broke before, or are easy to break: a header set by one filter and read by the next, a failure mode
 // with a request over a bound, a refusal after the tap with the program's
 // interceptors, a route action with side-call filters, headers at the
-// bounds' edges.
+// bounds' edges, a processor's headers read by the filters after it and a
+// refusal after a processor's call started.
 func Generate(r *rand.Rand, env Env) Case {
 	g := &gen{r: r}
 	// The case's token: a header and value that setters write and readers
@@ -37,6 +38,9 @@ func GenerateSeed(seed uint64, env Env) Case {
 type gen struct {
 	r              *rand.Rand
 	tokKey, tokVal string
+	// tokenProcs are the ext_proc filters whose processor sets the token
+	// on the request headers, mostly.
+	tokenProcs map[string]bool
 }
 
 // setKV is a header and value a filter sets: often the case's token.
@@ -71,7 +75,7 @@ var (
 
 func (g *gen) chain(c *Chain) {
 	n := 1 + g.r.IntN(4)
-	kinds := []string{"rbac", "ext_authz", "local_ratelimit", "fault", "ratelimit", "script"}
+	kinds := []string{"rbac", "ext_authz", "local_ratelimit", "fault", "ratelimit", "script", "ext_proc", "ext_proc"}
 	hasRL := false
 	for i := range n {
 		k := pick(g, kinds...)
@@ -90,6 +94,8 @@ func (g *gen) chain(c *Chain) {
 			hasRL = true
 		case "script":
 			f.Script = g.script()
+		case "ext_proc":
+			f.ExtProc = g.extProc()
 		}
 		f.Disabled = g.chance(0.15)
 		c.Filters = append(c.Filters, f)
@@ -124,9 +130,19 @@ func (g *gen) interact(c *Chain) {
 	j := i + 1 + g.r.IntN(len(c.Filters)-i-1)
 	tok := g.tokKey + "=" + g.tokVal
 	setter := Filter{Name: fmt.Sprintf("script%d", i), Script: &Script{Set: tok, Work: g.chance(0.3)}}
-	if g.chance(0.5) {
+	switch g.r.IntN(3) {
+	case 0:
 		setter = Filter{Name: fmt.Sprintf("lrl%d", i), LocalRL: &LocalRL{StatPrefix: "p0", Enabled: true,
 			ShadowHeaders: []HeaderOp{{Key: g.tokKey, Value: g.tokVal, Action: pick(g, AppendIfExistsOrAdd, OverwriteIfExistsOrAdd)}}}}
+	case 1:
+		// A processor that sets the token on the request headers (its
+		// answers are the RPCs').
+		setter = Filter{Name: fmt.Sprintf("proc%d", i), ExtProc: g.extProc()}
+		setter.ExtProc.Mode.RequestHeaders = pick(g, "", "SEND")
+		if g.tokenProcs == nil {
+			g.tokenProcs = map[string]bool{}
+		}
+		g.tokenProcs[setter.Name] = true
 	}
 	reader := Filter{Name: fmt.Sprintf("script%d", j), Script: &Script{Require: tok}}
 	if g.chance(0.6) {
@@ -145,6 +161,8 @@ func shortKind(k string) string {
 		return "lrl"
 	case "ratelimit":
 		return "rl"
+	case "ext_proc":
+		return "proc"
 	}
 	return k
 }
@@ -224,12 +242,7 @@ func (g *gen) extAuthz() *ExtAuthz {
 		c.Disallowed = []StringMatch{pick(g, StringMatch{Exact: "x-user"}, StringMatch{Prefix: "x-t"}, StringMatch{Exact: "x-pad"})}
 	}
 	if g.chance(0.5) {
-		c.Rules = &MutationRules{
-			DisallowAll:     g.chance(0.5),
-			DisallowIsError: g.chance(0.4),
-			Allow:           pick(g, "", "x-user", "x-.*", "x-t.*", "x-a|x-tier"),
-			Disallow:        pick(g, "", "x-user", "x-a|x-new"),
-		}
+		c.Rules = g.mutationRules()
 	}
 	return c
 }
@@ -300,6 +313,40 @@ func (g *gen) globalRL(name string) *GlobalRL {
 	}
 	c.AsResourceExhausted = g.chance(0.15)
 	return c
+}
+
+func (g *gen) procMode() ProcMode {
+	mode := func(skip float64) string {
+		if g.chance(skip) {
+			return "SKIP"
+		}
+		return pick(g, "", "SEND")
+	}
+	m := ProcMode{RequestHeaders: mode(0.2), ResponseHeaders: mode(0.3)}
+	// response_trailer_mode: DEFAULT is SKIP.
+	m.ResponseTrailers = pick(g, "", "SEND", "SEND", "SKIP")
+	return m
+}
+
+func (g *gen) extProc() *ExtProc {
+	c := &ExtProc{
+		Mode:                     g.procMode(),
+		FailureModeAllow:         g.chance(0.4),
+		DisableImmediateResponse: g.chance(0.2),
+	}
+	if g.chance(0.4) {
+		c.Rules = g.mutationRules()
+	}
+	return c
+}
+
+func (g *gen) mutationRules() *MutationRules {
+	return &MutationRules{
+		DisallowAll:     g.chance(0.5),
+		DisallowIsError: g.chance(0.4),
+		Allow:           pick(g, "", "x-user", "x-.*", "x-t.*", "x-a|x-tier"),
+		Disallow:        pick(g, "", "x-user", "x-a|x-new"),
+	}
 }
 
 // rateLimit is one rate limit whose first entry is the RPC's ID, so that
@@ -410,6 +457,16 @@ func (g *gen) route(c *Chain, catchAll bool) Route {
 				// filter's own type.
 				o.Script = g.script()
 				o.Script.Lazy = f.Script.Lazy
+			case f.ExtProc != nil:
+				o.ExtProc = &ExtProcPerRoute{}
+				if g.chance(0.7) {
+					m := g.procMode()
+					o.ExtProc.Mode = &m
+				}
+				if g.chance(0.4) {
+					b := g.chance(0.5)
+					o.ExtProc.FailureModeAllow = &b
+				}
 			}
 		}
 		rt.Overrides[f.Name] = o
@@ -477,6 +534,66 @@ func (g *gen) authzAnswer() *AuthzAnswer {
 	return a
 }
 
+// procAnswer is the processor's answer to one event; token: set the
+// case's token (on the request headers).
+func (g *gen) procAnswer(token bool) *ProcAnswer {
+	if token && g.chance(0.7) {
+		return &ProcAnswer{Set: []HeaderOp{{Key: g.tokKey, Value: g.tokVal, Action: pick(g, AppendIfExistsOrAdd, OverwriteIfExistsOrAdd)}}}
+	}
+	switch g.r.IntN(16) {
+	case 0, 1:
+		a := &ProcAnswer{Kind: "immediate", Code: pick(g, 0, 3, 7, 14, 16)}
+		if g.chance(0.4) {
+			a.Set = g.procOps(1)
+		}
+		return a
+	case 2:
+		return &ProcAnswer{Kind: "fail", Code: pick(g, 2, 7, 8, 13, 14)}
+	case 3:
+		return &ProcAnswer{Kind: "close"}
+	case 4:
+		return &ProcAnswer{Kind: "wrong"}
+	}
+	a := &ProcAnswer{}
+	if g.chance(0.75) {
+		a.Set = g.procOps(1 + g.r.IntN(2))
+	}
+	if g.chance(0.3) {
+		a.Remove = []string{pick(g, "x-user", "X-Tier", "x-a", "x-new", ":path", "grpc-tag", "x bad", "x-limited")}
+	}
+	return a
+}
+
+// procOps are a processor's set_headers: the answers' mutations, now and
+// then a te or content-type (ignored) or an empty value.
+func (g *gen) procOps(n int) []HeaderOp {
+	out := g.headerOps(n)
+	for i := range out {
+		switch g.r.IntN(12) {
+		case 0:
+			out[i].Key = pick(g, "te", "content-type")
+		case 1:
+			out[i].Value, out[i].KeepEmpty = "", g.chance(0.5)
+			out[i].Raw, out[i].Both = true, false
+		}
+	}
+	return out
+}
+
+func (g *gen) procScript(token bool) *ProcScript {
+	p := &ProcScript{}
+	if token || g.chance(0.6) {
+		p.RequestHeaders = g.procAnswer(token)
+	}
+	if g.chance(0.6) {
+		p.ResponseHeaders = g.procAnswer(false)
+	}
+	if g.chance(0.5) {
+		p.ResponseTrailers = g.procAnswer(false)
+	}
+	return p
+}
+
 func (g *gen) rlsAnswer() *RLSAnswer {
 	switch g.r.IntN(10) {
 	case 0, 1, 2:
@@ -525,7 +642,7 @@ func (g *gen) rpc(c *Case, i int) RPC {
 		r.HandlerCode = pick(g, 9, 5)
 	}
 	// Side services' answers.
-	r.Authz, r.RLS = map[string]*AuthzAnswer{}, map[string]*RLSAnswer{}
+	r.Authz, r.RLS, r.Proc = map[string]*AuthzAnswer{}, map[string]*RLSAnswer{}, map[string]*ProcScript{}
 	var sides []*Filter
 	for j := range c.Chain.Filters {
 		f := &c.Chain.Filters[j]
@@ -538,6 +655,11 @@ func (g *gen) rpc(c *Case, i int) RPC {
 		case f.RateLimit != nil:
 			if g.chance(0.8) {
 				r.RLS[f.Name] = g.rlsAnswer()
+			}
+			sides = append(sides, f)
+		case f.ExtProc != nil:
+			if token := g.tokenProcs[f.Name]; token || g.chance(0.85) {
+				r.Proc[f.Name] = g.procScript(token)
 			}
 			sides = append(sides, f)
 		}
@@ -554,10 +676,31 @@ func (g *gen) rpc(c *Case, i int) RPC {
 				r.CancelAtHang = true
 			}
 		}
-		if f.ExtAuthz != nil {
+		switch {
+		case f.ExtAuthz != nil:
 			r.Authz[f.Name] = &AuthzAnswer{Kind: "hang"}
-		} else {
+		case f.RateLimit != nil:
 			r.RLS[f.Name] = &RLSAnswer{Kind: "hang"}
+		default:
+			// The processor's streams have no timeout: the RPC's deadline
+			// or cancellation ends the hang, mostly the cheaper.
+			if r.Deadline == "short" && g.chance(0.6) {
+				r.Deadline, r.CancelAtHang = "", true
+			}
+			p := r.Proc[f.Name]
+			if p == nil {
+				p = &ProcScript{}
+				r.Proc[f.Name] = p
+			}
+			hang := &ProcAnswer{Kind: "hang"}
+			switch g.r.IntN(3) {
+			case 0:
+				p.RequestHeaders = hang
+			case 1:
+				p.ResponseHeaders = hang
+			default:
+				p.ResponseTrailers = hang
+			}
 		}
 	} else if g.chance(0.03) {
 		r.Deadline = "passed"
@@ -567,6 +710,9 @@ func (g *gen) rpc(c *Case, i int) RPC {
 	}
 	if len(r.RLS) == 0 {
 		r.RLS = nil
+	}
+	if len(r.Proc) == 0 {
+		r.Proc = nil
 	}
 	g.bounds(c, &r)
 	return r

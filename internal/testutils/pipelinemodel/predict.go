@@ -32,10 +32,14 @@ type Outcome struct {
 	Trailer map[string][]string `json:",omitempty"`
 	// Calls are the side calls the side services received, in order.
 	Calls []Call `json:",omitempty"`
+	// Proc are the events the ext_proc processor received, in order.
+	Proc []ProcEvent `json:",omitempty"`
 	// Ended: the RPC ended by its own deadline or cancellation while a
 	// side call hung. The client's status is its own then; whether it got
 	// the response headers the server had set races with the server's
-	// writing them, and is not predicted.
+	// writing them, and is not predicted; nor are the events a processor
+	// gets after the one that hung (Proc is a prefix of them), which race
+	// with the ends of their streams.
 	Ended bool `json:",omitempty"`
 }
 
@@ -105,11 +109,14 @@ type model struct {
 // Options change what Predict predicts.
 type Options struct {
 	// Accept names deviations of the server from the semantics that were
-	// reported and not yet decided, for the model to predict as the server
-	// behaves, so that a property test finds the others. None today; each
-	// earlier one was fixed in the server (e2e's pfRegressions).
+	// reported and not yet decided (the Accept* constants), for the model
+	// to predict as the server behaves, so that a property test finds the
+	// others. Each earlier one was fixed in the server (e2e's
+	// pfRegressions).
 	Accept map[string]bool
 }
+
+// The deviations Options.Accept may name: none at present.
 
 // Predict returns the outcome of each RPC of c, in order.
 func Predict(c Case) []Outcome { return PredictWith(c, Options{}) }
@@ -126,17 +133,24 @@ func PredictWith(c Case, o Options) []Outcome {
 
 // rpcState is one RPC on its way through the pipeline.
 type rpcState struct {
-	r       *RPC
-	md      map[string][]string // the request metadata as the filters left it
-	header  map[string][]string // response headers set so far
+	r  *RPC
+	md map[string][]string // the request metadata as the filters left it
+	// calls are the filters' parts of the response path, in http_filters
+	// order: the ext_proc calls started (and not refused by their own
+	// processor), and the response headers allowed RPCs get.
+	calls []*respCall
+	// direct are the trailers set on the RPC itself: a refusal's, an
+	// immediate_response's.
+	direct  map[string][]string
 	out     Outcome
 	stopped bool // the RPC has ended
+	okEnd   bool // it ended OK without its handler
 }
 
 func (s *rpcState) refuse(code codes.Code, msg string, trailers map[string][]string) {
 	s.out.Code, s.out.Message, s.stopped = code, msg, true
-	if len(trailers) > 0 {
-		s.out.Trailer = Observe(trailers)
+	for k, vs := range trailers {
+		s.direct[k] = append(s.direct[k], vs...)
 	}
 }
 
@@ -188,7 +202,7 @@ const DefaultMaxHeaderBytes = 60 << 10
 
 func (m *model) rpc(r *RPC) Outcome {
 	c := &m.c.Chain
-	s := &rpcState{r: r, header: map[string][]string{}}
+	s := &rpcState{r: r, direct: map[string][]string{}}
 	// The client's own refusals: nothing reaches the server.
 	switch {
 	case r.Deadline == "passed":
@@ -240,19 +254,38 @@ func (m *model) rpc(r *RPC) Outcome {
 			m.rateLimit(s, f, o, route)
 		case f.Script != nil:
 			m.script(s, f, o)
+		case f.ExtProc != nil:
+			m.extProc(s, f, o)
 		}
 		if s.stopped {
 			break
 		}
 	}
-	s.out.Header = Observe(s.header)
-	if s.stopped {
-		return s.out
+	switch {
+	case s.out.Ended:
+		// The client's own deadline or cancellation ended it.
+	case s.okEnd:
+		// A local reply with OK: an empty message when the client expects
+		// one.
+		shape := ShapeOf(r.Method)
+		eos := shape == "server" || shape == "bidi"
+		m.respond(s, codes.OK, eos)
+	case s.stopped:
+		// A local reply: through the calls started before the filter that
+		// refused.
+		m.respond(s, s.out.Code, true)
+	default:
+		// 5. The program's interceptors and handler, then the response
+		// path: a handler that fails sends no message.
+		s.out.Single, s.out.Chained, s.out.Handler = true, true, true
+		s.out.Request = Observe(s.md)
+		code := codes.Code(r.HandlerCode)
+		s.out.Code = code
+		m.respond(s, code, code != codes.OK)
 	}
-	// 5. The program's interceptors and handler.
-	s.out.Single, s.out.Chained, s.out.Handler = true, true, true
-	s.out.Request = Observe(s.md)
-	s.out.Code = codes.Code(r.HandlerCode)
+	if !s.out.Ended {
+		s.out.Trailer = Observe(s.direct)
+	}
 	return s.out
 }
 
@@ -456,7 +489,7 @@ func (m *model) fault(s *rpcState, f *Filter, o *Override) {
 		// The RPC ends OK at once, without the handler (gRFC A33); a
 		// client that expects one response (unary, client streaming) gets
 		// an empty one.
-		s.out.Code, s.stopped = codes.OK, true
+		s.out.Code, s.stopped, s.okEnd = codes.OK, true, true
 		return
 	}
 	s.refuse(code, msg, nil)
@@ -812,8 +845,9 @@ func (m *model) authzAllow(s *rpcState, cfg *ExtAuthz, a *AuthzAnswer, onError c
 	for _, k := range removes {
 		delete(s.md, k)
 	}
-	for k, vs := range resp {
-		s.header[k] = append(s.header[k], vs...)
+	if len(resp) > 0 {
+		// Added at the filter's place on the response path.
+		s.calls = append(s.calls, &respCall{adds: resp})
 	}
 }
 
@@ -902,10 +936,15 @@ func (m *model) rateLimit(s *rpcState, f *Filter, o *Override, route *Route) {
 		}
 		s.refuse(code, "over the limit", tr)
 	case "ok", "unknown":
+		adds := map[string][]string{}
 		for _, h := range a.ResponseHeaders {
 			if k, v, keep, ok := answerHeader(h); keep && ok {
-				s.header[k] = append(s.header[k], v)
+				adds[k] = append(adds[k], v)
 			}
+		}
+		if len(adds) > 0 {
+			// Added at the filter's place on the response path.
+			s.calls = append(s.calls, &respCall{adds: adds})
 		}
 		for _, h := range a.RequestHeaders {
 			if k, v, keep, ok := answerHeader(h); keep && ok {

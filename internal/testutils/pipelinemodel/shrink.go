@@ -52,6 +52,9 @@ func Shrink(c Case) []Case {
 		for name := range r.RLS {
 			add(func(n *Case) { delete(n.RPCs[i].RLS, name) })
 		}
+		for name := range r.Proc {
+			add(func(n *Case) { delete(n.RPCs[i].Proc, name) })
+		}
 		if r.Method != MethodUnary && WellFormed(r.Method) {
 			add(func(n *Case) { n.RPCs[i].Method = MethodUnary })
 		}
@@ -80,6 +83,40 @@ func Shrink(c Case) []Case {
 				add(func(n *Case) { n.RPCs[i].RLS[name].RequestHeaders, n.RPCs[i].RLS[name].ResponseHeaders = nil, nil })
 			}
 		}
+		for name, p := range r.Proc {
+			for _, ev := range []string{EventRequestHeaders, EventResponseHeaders, EventResponseTrailers} {
+				a := p.Answer(ev)
+				if a.Kind == "" && len(a.Set)+len(a.Remove) == 0 {
+					continue
+				}
+				add(func(n *Case) { n.RPCs[i].Proc[name].set(ev, nil) })
+				for j := range a.Set {
+					add(func(n *Case) {
+						x := n.RPCs[i].Proc[name].Answer(ev)
+						x.Set = slices.Delete(x.Set, j, j+1)
+					})
+				}
+				if len(a.Remove) > 0 {
+					add(func(n *Case) { n.RPCs[i].Proc[name].Answer(ev).Remove = nil })
+				}
+			}
+		}
+	}
+	// Simpler configs.
+	for i, f := range c.Chain.Filters {
+		if p := f.ExtProc; p != nil {
+			if p.Rules != nil {
+				add(func(n *Case) { n.Chain.Filters[i].ExtProc.Rules = nil })
+			}
+			if p.FailureModeAllow || p.DisableImmediateResponse {
+				add(func(n *Case) {
+					n.Chain.Filters[i].ExtProc.FailureModeAllow, n.Chain.Filters[i].ExtProc.DisableImmediateResponse = false, false
+				})
+			}
+		}
+		if f.Disabled {
+			add(func(n *Case) { n.Chain.Filters[i].Disabled = false })
+		}
 	}
 	return out
 }
@@ -94,6 +131,7 @@ func dropFilter(c *Case, i int) {
 	for _, r := range c.RPCs {
 		delete(r.Authz, name)
 		delete(r.RLS, name)
+		delete(r.Proc, name)
 	}
 }
 
