@@ -827,3 +827,45 @@ func TestExtProc_RequestDrain(t *testing.T) {
 		t.Errorf("stream half-closed %v, ended %v; want half-closed and OK", recs[0].HalfClosed, recs[0].Status)
 	}
 }
+
+// TestExtProc_Attributes: request_attributes go with the client's events,
+// under envoy.filters.http.ext_proc, read from the request as it arrived;
+// response_attributes with the server's, the status in the trailers'.
+func TestExtProc_Attributes(t *testing.T) {
+	ctx := testContext(t)
+	p := extprocserver.Start(t, extprocserver.PassThrough())
+	env := authzEnv(t, false, p.Addr())
+	mode := headersOnly()
+	mode.ResponseTrailerMode = extprocpb.ProcessingMode_SEND
+	cfg := extProc(p.Addr(), mode)
+	cfg.RequestAttributes = []string{"request.path", "request.headers", "request.useragent", "not.an.attribute"}
+	cfg.ResponseAttributes = []string{"response.grpc_status"}
+	c, _ := startExtProc(ctx, t, env, allRoutes("routes"), httpFilter(t, "proc", cfg))
+	if _, err := c.UnaryCall(withCase(ctx, "attrs"), &testpb.SimpleRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := p.WaitEnded(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := recs[0].Requests[0].GetAttributes()["envoy.filters.http.ext_proc"].GetFields()
+	if got := req["request.path"].GetStringValue(); got != "/grpc.testing.TestService/UnaryCall" {
+		t.Errorf("request.path %q", got)
+	}
+	if got := req["request.headers"].GetStructValue().GetFields()[caseHeader].GetStringValue(); got != "attrs" {
+		t.Errorf("request.headers[%s] = %q, want attrs (all attributes: %v)", caseHeader, got, req)
+	}
+	if got := req["request.useragent"].GetStringValue(); !strings.HasPrefix(got, "grpc-go/") {
+		t.Errorf("request.useragent %q, want grpc-go's", got)
+	}
+	if _, ok := req["not.an.attribute"]; ok || len(req) != 3 {
+		t.Errorf("request attributes %v, want the three known ones only", req)
+	}
+	last := recs[0].Requests[len(recs[0].Requests)-1]
+	if last.GetResponseTrailers() == nil {
+		t.Fatalf("last event %v, want response_trailers", last)
+	}
+	if v, ok := last.GetAttributes()["envoy.filters.http.ext_proc"].GetFields()["response.grpc_status"]; !ok || v.GetNumberValue() != 0 {
+		t.Errorf("response attributes %v, want response.grpc_status 0", last.GetAttributes())
+	}
+}
