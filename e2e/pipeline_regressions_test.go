@@ -116,6 +116,34 @@ var pfRegressions = []struct {
 		},
 		RPCs: []pm.RPC{{Method: pm.MethodUnary, Authority: pm.Domain, Proc: map[string]*pm.ProcScript{"proc1": {ResponseTrailers: &pm.ProcAnswer{Kind: "immediate"}}}}},
 	}},
+	// A refusal (here a processor's header mutation disallow_is_error
+	// refuses) that the processor before it turned into OK with an
+	// immediate_response on its Trailers-Only headers left a
+	// client-streaming RPC without its one response (the client reported
+	// a cardinality violation); it is now an OK end with an empty one.
+	{name: "ExtProcRefusalMadeOKClientStreaming", c: pm.Case{
+		Chain: pm.Chain{
+			Filters: []pm.Filter{
+				{Name: "proc2", ExtProc: &pm.ExtProc{Mode: pm.ProcMode{ResponseHeaders: "SEND", ResponseTrailers: "SEND"}}},
+				{Name: "proc3", ExtProc: &pm.ExtProc{Mode: pm.ProcMode{ResponseTrailers: "SEND"}, Rules: &pm.MutationRules{DisallowAll: true, DisallowIsError: true, Allow: "x-a|x-tier", Disallow: "x-user"}}},
+			},
+			Routes: []pm.Route{{Prefix: "/"}},
+		},
+		RPCs: []pm.RPC{{Method: pm.MethodClientStream, Authority: pm.Domain, Proc: map[string]*pm.ProcScript{
+			"proc2": {ResponseHeaders: &pm.ProcAnswer{Kind: "immediate"}},
+			"proc3": {RequestHeaders: &pm.ProcAnswer{Set: []pm.HeaderOp{{Key: "x-user", Value: "bob", Action: 1}}}},
+		}}},
+	}},
+	// A unary RPC whose handler failed, made OK by a processor's
+	// immediate_response on its Trailers-Only headers, failed INTERNAL
+	// ("0 response messages"); it now ends OK with an empty response.
+	{name: "ExtProcHandlerErrorMadeOK", c: pm.Case{
+		Chain: pm.Chain{
+			Filters: []pm.Filter{{Name: "proc2", ExtProc: &pm.ExtProc{Mode: pm.ProcMode{RequestHeaders: "SEND", ResponseTrailers: "SKIP"}}}},
+			Routes:  []pm.Route{{Prefix: "/"}},
+		},
+		RPCs: []pm.RPC{{Method: pm.MethodUnary, Authority: pm.Domain, HandlerCode: 9, Proc: map[string]*pm.ProcScript{"proc2": {ResponseHeaders: &pm.ProcAnswer{Kind: "immediate"}}}}},
+	}},
 }
 
 // pfKnownCases are the smallest cases the fuzzer found of each deviation

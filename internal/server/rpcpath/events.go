@@ -678,6 +678,11 @@ func (e *eventRPC) finishUnary(resp any, herr error) (any, error) {
 	if st != nil {
 		return nil, st
 	}
+	if herr != nil && len(e.unaryOut) == 0 {
+		// The handler failed and a call made it OK (an immediate
+		// response): as ErrSkipHandler, an empty response.
+		return nil, httpfilter.ErrSkipHandler
+	}
 	if n := len(e.unaryOut); n != 1 {
 		return nil, e.end(status.Errorf(codes.Internal, "xds: the HTTP filters of this route left the unary RPC %d response messages, want 1", n))
 	}
@@ -761,7 +766,13 @@ func refuse(ctx context.Context, ss grpc.ServerStream, oneResponse bool, q *sequ
 						err = st
 					}
 				} else {
-					err = statusOf(e.finish(err))
+					err = e.finish(err)
+				}
+				if statusOf(err) == nil {
+					// The calls made it an OK end (an immediate
+					// response of OK): as a filter's ErrSkipHandler, so
+					// that a client expecting one response gets it.
+					err = httpfilter.ErrSkipHandler
 				}
 			}
 			e.cancel()
@@ -828,6 +839,11 @@ func serveStream(srv any, ss grpc.ServerStream, q *sequence, oneResponse bool, h
 	}
 	herr := handler(srv, &eventStream{ServerStream: ss, e: e})
 	fin := e.finish(herr)
+	if fin == nil && herr != nil {
+		// The handler failed and a call made it OK (an immediate
+		// response): as ErrSkipHandler.
+		fin = httpfilter.ErrSkipHandler
+	}
 	if errors.Is(fin, httpfilter.ErrSkipHandler) {
 		// A call ended the RPC with OK: as a filter's ErrSkipHandler, a
 		// client that expects one response gets an empty one.
