@@ -27,6 +27,8 @@ import (
 	hcmpb "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	authpb "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	matcherpb "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
@@ -867,5 +869,41 @@ func TestExtProc_Attributes(t *testing.T) {
 	}
 	if v, ok := last.GetAttributes()["envoy.filters.http.ext_proc"].GetFields()["response.grpc_status"]; !ok || v.GetNumberValue() != 0 {
 		t.Errorf("response attributes %v, want response.grpc_status 0", last.GetAttributes())
+	}
+}
+
+// TestExtProc_IgnoredMutationsCounted: the entries of a processor's
+// mutation the filter ignores are counted by reason: one of a header gRPC
+// writes itself, one mutation_rules refuse; the RPC goes on with the rest.
+func TestExtProc_IgnoredMutationsCounted(t *testing.T) {
+	ctx := testContext(t)
+	p := extprocserver.Start(t, extprocserver.Raw(func(req *pb.ProcessingRequest) []*pb.ProcessingResponse {
+		if req.GetRequestHeaders() == nil {
+			return []*pb.ProcessingResponse{extprocserver.ContinueResponse(req)}
+		}
+		m := &pb.HeaderMutation{SetHeaders: []*corepb.HeaderValueOption{
+			{Header: &corepb.HeaderValue{Key: "grpc-status", RawValue: []byte("0")}},
+			{Header: &corepb.HeaderValue{Key: "x-denied", RawValue: []byte("1")}},
+			{Header: &corepb.HeaderValue{Key: "x-ok", RawValue: []byte("1")}},
+		}}
+		return []*pb.ProcessingResponse{{Response: &pb.ProcessingResponse_RequestHeaders{RequestHeaders: &pb.HeadersResponse{Response: &pb.CommonResponse{HeaderMutation: m}}}}}
+	}))
+	env := authzEnv(t, false, p.Addr())
+	mr := testutils.NewMetricReader(t)
+	cfg := extProc(p.Addr(), headersOnly())
+	cfg.MutationRules = &mutationpb.HeaderMutationRules{DisallowExpression: &matcherpb.RegexMatcher{Regex: "x-denied"}}
+	c, rec := startExtProcWith(ctx, t, env, allRoutes("routes"), []grpc.ServerOption{xds.MeterProvider(mr.Provider)}, httpFilter(t, "proc", cfg))
+	if err := rpcResult(withCase(ctx, "ign"), c, "EmptyCall"); err != nil {
+		t.Fatal(err)
+	}
+	calls := rec.ofCase("ign")
+	if len(calls) != 1 || len(calls[0].md.Get("x-ok")) != 1 || len(calls[0].md.Get("x-denied")) != 0 {
+		t.Fatalf("handler calls %+v, want one with x-ok and without x-denied", calls)
+	}
+	for reason, want := range map[string]int64{"reserved": 1, "disallowed": 1} {
+		got, _ := mr.Value(t, "grpc.xds_server.ext_proc.ignored_mutations", attribute.String("grpc.xds_server.ext_proc.filter", "proc"), attribute.String("grpc.xds_server.ext_proc.reason", reason))
+		if got != want {
+			t.Errorf("ignored_mutations{reason=%s} = %d, want %d", reason, got, want)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -33,6 +34,11 @@ type step struct {
 	cfg    *Config          // the instance's config merged with the route's override
 	perRPC bool             // cfg.Service is the route's own: each RPC acquires it
 	timer  httpfilter.Timer // records gRFC A93's durations; nil: none
+	// counter counts the mutation entries the filter ignored; nil: none.
+	counter httpfilter.Counter
+	// lastLog is when the step last logged an ignored mutation (Unix
+	// nanoseconds); shared by the RPCs of the step.
+	lastLog *atomic.Int64
 }
 
 // Run starts the RPC's call; everything it does happens after the tap.
@@ -376,7 +382,10 @@ func (c *call) SendTrailer(ctx context.Context, rpcErr error, trailer map[string
 		m = resp.GetResponseHeaders().GetResponse().GetHeaderMutation()
 	}
 	if m != nil {
-		if _, err := ApplyMutation(trailer, m, &c.cfg.Rules); err != nil {
+		var ign ignoredEntries
+		_, err := applyMutation(trailer, m, &c.cfg.Rules, &ign)
+		c.step.ignored(ctx, &ign)
+		if err != nil {
 			return c.invalidMutation(err)
 		}
 	}
@@ -774,7 +783,9 @@ func (c *call) mutate(md metadata.MD, cr *pb.CommonResponse) (bool, error) {
 	if m == nil {
 		return false, nil
 	}
-	changed, err := ApplyMutation(md, m, &c.cfg.Rules)
+	var ign ignoredEntries
+	changed, err := applyMutation(md, m, &c.cfg.Rules, &ign)
+	c.step.ignored(c.ctx, &ign)
 	if err != nil {
 		return false, c.invalidMutation(err)
 	}
@@ -837,7 +848,10 @@ func (c *call) immediate(ctx context.Context, ir *pb.ImmediateResponse, trailer 
 		if md == nil {
 			md = metadata.MD{}
 		}
-		if _, err := ApplyMutation(md, m, &c.cfg.Rules); err != nil {
+		var ign ignoredEntries
+		_, err := applyMutation(md, m, &c.cfg.Rules, &ign)
+		c.step.ignored(ctx, &ign)
+		if err != nil {
 			return c.invalidMutation(err)
 		}
 		if trailer == nil && len(md) > 0 {

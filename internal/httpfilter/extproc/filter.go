@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/grpclog"
@@ -107,7 +108,7 @@ func (Filter) BuildStep(instance string, config, override httpfilter.Config) (ht
 			return nil, fmt.Errorf("ext_proc: override of type %T", override)
 		}
 	}
-	s := &step{name: instance, cfg: c.Merge(o)}
+	s := &step{name: instance, cfg: c.Merge(o), lastLog: new(atomic.Int64)}
 	// The instance's channel is held while its chain serves (Acquire); a
 	// route's own is held by each RPC that uses it.
 	s.perRPC = o != nil && o.Service != nil && o.Service != c.Service
@@ -182,6 +183,72 @@ func (s *step) record(ctx context.Context, metric int, start time.Time) {
 	}
 }
 
+// The filter's counter, of the header mutations it ignored, by reason.
+const (
+	// IgnoredMutationsMetric counts the entries of processors' header
+	// mutations the filter did not apply though they were valid: of a
+	// header gRPC writes itself (AttrReason ReasonReserved: host,
+	// pseudo-headers, te, content-type, grpc-*), or one mutation_rules
+	// refuse without disallow_is_error (ReasonDisallowed). The filter is
+	// in AttrFilter.
+	IgnoredMutationsMetric = "grpc.xds_server.ext_proc.ignored_mutations"
+	AttrFilter             = "grpc.xds_server.ext_proc.filter"
+	AttrReason             = "grpc.xds_server.ext_proc.reason"
+	ReasonReserved         = "reserved"
+	ReasonDisallowed       = "disallowed"
+)
+
+// The outcomes in the order of outcomes.Values.
+const (
+	ignoredReserved = iota
+	ignoredDisallowed
+)
+
+var outcomes = &httpfilter.Outcomes{
+	Metric:      IgnoredMutationsMetric,
+	Unit:        "{mutation}",
+	Description: "Entries of ext_proc processors' header mutations the filter ignored: of a header gRPC writes itself (reserved), or one mutation_rules refuse without disallow_is_error (disallowed).",
+	FilterAttr:  AttrFilter,
+	OutcomeAttr: AttrReason,
+	Values:      []string{ReasonReserved, ReasonDisallowed},
+	Title:       "ext_proc: header mutations ignored",
+	None:        "No ext_proc processor's header mutation has been ignored.",
+}
+
+// Outcomes implements httpfilter.CountingFilter.
+func (Filter) Outcomes() *httpfilter.Outcomes { return outcomes }
+
+// WithCounter implements httpfilter.CountingStep.
+func (s *step) WithCounter(c httpfilter.Counter) httpfilter.Step {
+	n := *s
+	n.counter = c
+	return &n
+}
+
+// ignored counts, and logs at most once per logEvery per step, the entries
+// of a processor's mutation the filter ignored.
+func (s *step) ignored(ctx context.Context, ign *ignoredEntries) {
+	if s.counter != nil {
+		for range ign.reserved {
+			s.counter.Count(ctx, ignoredReserved)
+		}
+		for range ign.disallowed {
+			s.counter.Count(ctx, ignoredDisallowed)
+		}
+	}
+	if ign.reserved == 0 {
+		return
+	}
+	now := time.Now().UnixNano()
+	if last := s.lastLog.Load(); now-last >= int64(logEvery) && s.lastLog.CompareAndSwap(last, now) {
+		logger.Warningf("xds: ext_proc %q: the processor's answer changes %q, which gRPC writes itself: ignored (more in the next %v are counted in %s, not logged)", s.name, ign.reservedKey, logEvery, IgnoredMutationsMetric)
+	}
+}
+
+// logEvery bounds how often a step logs the mutations it ignored.
+const logEvery = 10 * time.Second
+
+var _ httpfilter.CountingStep = (*step)(nil)
 var _ httpfilter.EnvFilter = Filter{}
 var _ httpfilter.TimingStep = (*step)(nil)
 var _ httpfilter.Acquirer = Filter{}

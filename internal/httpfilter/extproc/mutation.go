@@ -49,6 +49,29 @@ func ignoredHeader(key string) bool {
 // its header where it would have written the value, unless
 // keep_empty_value is set.
 func ApplyMutation(md metadata.MD, m *extprocsvcpb.HeaderMutation, rules *MutationRules) (changed bool, err error) {
+	return applyMutation(md, m, rules, nil)
+}
+
+// ignoredEntries counts the entries of a mutation that were not applied
+// though valid: of a header gRPC writes itself (reserved; the first one's
+// name in reservedKey), or one the rules refuse without disallow_is_error.
+type ignoredEntries struct {
+	reserved, disallowed int
+	reservedKey          string
+}
+
+// applyMutation is ApplyMutation, counting in ign (nil: not counted) the
+// entries it ignores.
+func applyMutation(md metadata.MD, m *extprocsvcpb.HeaderMutation, rules *MutationRules, ign *ignoredEntries) (changed bool, err error) {
+	if ign == nil {
+		ign = &ignoredEntries{}
+	}
+	reserved := func(key string) {
+		if ign.reserved == 0 {
+			ign.reservedKey = key
+		}
+		ign.reserved++
+	}
 	if rules == nil {
 		rules = &MutationRules{}
 	}
@@ -60,10 +83,16 @@ func ApplyMutation(md metadata.MD, m *extprocsvcpb.HeaderMutation, rules *Mutati
 	var removes []string
 	for i, name := range m.GetRemoveHeaders() {
 		key := strings.ToLower(name)
-		if key == "" || len(key) > maxHeaderBytes || ignoredHeader(key) || checkName(key) != nil {
-			// Removing a header that cannot exist, or may not be
-			// changed, removes nothing.
+		if key == "" || len(key) > maxHeaderBytes {
+			continue // a header that cannot exist
+		}
+		if ignoredHeader(key) {
+			// One that may not be changed.
+			reserved(key)
 			continue
+		}
+		if checkName(key) != nil {
+			continue // a header that cannot exist
 		}
 		ok, err := judge(rules, key)
 		if err != nil {
@@ -71,13 +100,21 @@ func ApplyMutation(md metadata.MD, m *extprocsvcpb.HeaderMutation, rules *Mutati
 		}
 		if ok {
 			removes = append(removes, key)
+		} else {
+			ign.disallowed++
 		}
 	}
 	var sets []set
 	for i, h := range m.GetSetHeaders() {
 		key, value, keep, err := setHeader(h)
-		if err == nil && keep {
-			keep, err = judge(rules, key)
+		switch {
+		case err != nil:
+		case !keep:
+			reserved(key)
+		default:
+			if keep, err = judge(rules, key); err == nil && !keep {
+				ign.disallowed++
+			}
 		}
 		if err != nil {
 			return false, fieldpath.In(fmt.Sprintf("set_headers[%d]", i), err)
