@@ -53,6 +53,10 @@ const pfSeeds = 600
 const (
 	pfTimeout    = 10 * time.Second
 	pfShrinkTime = 2 * time.Minute
+	// pfFuzzShrinkTime is FuzzPipeline's: the fuzzing engine kills a worker
+	// whose input runs for 10 s ("deadlocked!", its output discarded), so
+	// a difference must be shrunk and reported within that.
+	pfFuzzShrinkTime = 5 * time.Second
 )
 
 func TestPipelineModel(t *testing.T) {
@@ -160,7 +164,7 @@ func FuzzPipeline(ff *testing.F) {
 		defer cancel()
 		c := pm.GenerateSeed(seed, f.env)
 		if diff := f.run(rctx, t, c); diff != "" {
-			f.fail(rctx, t, fmt.Sprintf("seed %d", seed), c, diff)
+			f.failWithin(rctx, t, pfFuzzShrinkTime, fmt.Sprintf("seed %d", seed), c, diff)
 		}
 	})
 }
@@ -168,8 +172,14 @@ func FuzzPipeline(ff *testing.F) {
 // fail shrinks c while it still differs and fails t with the smallest case.
 func (f *pfFixture) fail(ctx context.Context, t testing.TB, what string, c pm.Case, diff string) {
 	t.Helper()
+	f.failWithin(ctx, t, pfShrinkTime, what, c, diff)
+}
+
+// failWithin is fail, shrinking for at most budget.
+func (f *pfFixture) failWithin(ctx context.Context, t testing.TB, budget time.Duration, what string, c pm.Case, diff string) {
+	t.Helper()
 	orig := c
-	deadline := time.Now().Add(pfShrinkTime)
+	deadline := time.Now().Add(budget)
 	tries := 0
 shrinking:
 	for time.Now().Before(deadline) {

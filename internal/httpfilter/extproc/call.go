@@ -120,6 +120,9 @@ type call struct {
 	// draining: the processor asked for request_drain; nothing more is
 	// sent.
 	draining bool
+	// abandoned: the RPC ended while an event waited for its answer: the
+	// processor is not answering, and its stream is cancelled at once.
+	abandoned bool
 
 	sendMu     sync.Mutex    // orders Send on the stream (both directions send)
 	readerDone chan struct{} // closed when the reader has returned
@@ -398,6 +401,7 @@ func (c *call) SendTrailer(ctx context.Context, rpcErr error, trailer map[string
 func (c *call) End(error) {
 	c.mu.Lock()
 	stream, cancel, release, readerDone := c.stream, c.cancel, c.release, c.readerDone
+	abandoned := c.abandoned || c.st == stateFailed
 	c.release = nil
 	c.st = stateDone
 	c.mu.Unlock()
@@ -405,6 +409,18 @@ func (c *call) End(error) {
 		if release != nil {
 			release()
 		}
+		return
+	}
+	if abandoned && !c.cfg.Observability {
+		// A processor that did not answer, or a stream that failed, is
+		// not waited for.
+		cancel()
+		go func() {
+			<-readerDone
+			if release != nil {
+				release()
+			}
+		}()
 		return
 	}
 	// Half-close, so that the processor ends the stream OK (as Envoy
@@ -513,6 +529,9 @@ func (c *call) exchange(ctx context.Context, k kind, req *pb.ProcessingRequest) 
 		return a.resp, a.err
 	case <-ctx.Done():
 		c.unwait(w)
+		c.mu.Lock()
+		c.abandoned = true
+		c.mu.Unlock()
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 }
