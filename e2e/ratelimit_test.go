@@ -45,6 +45,12 @@ func connected(ctx context.Context, t *testing.T, addr net.Addr) *testClient {
 	c := newClient(t, addr, "127.0.0.1", 0)
 	c.Connect()
 	for st := c.GetState(); st != connectivity.Ready; st = c.GetState() {
+		if st == connectivity.Idle {
+			// A connection the server drained meanwhile (a configuration
+			// change applied just after it was accepted): reconnect, as
+			// the client's next RPC would.
+			c.Connect()
+		}
 		if !c.WaitForStateChange(ctx, st) {
 			t.Fatalf("client of %v not connected: %v", addr, st)
 		}
