@@ -18,6 +18,7 @@
 package grpcservice
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/url"
@@ -271,4 +272,19 @@ func checkHeaderValue(v string) error {
 		}
 	}
 	return nil
+}
+
+// HeaderMapValue is the raw_value of header key's value v in a HeaderMap a
+// side call sends: v itself or, for a binary ("-bin") header, its base64
+// (gRFC A102: "When writing a HeaderValue proto for a header whose name
+// ends in -bin, the value must be base64-encoded"). With padding, as RFC
+// 4648 has it and as grpc-go writes A102's HeaderValues, so that a service
+// sees the same bytes from either and any base64 decoder, strict or not,
+// reads them. (Matchers of request headers see the unpadded wire form
+// instead: matcher.WireBinary.)
+func HeaderMapValue(key, v string) []byte {
+	if !strings.HasSuffix(key, "-bin") {
+		return []byte(v)
+	}
+	return []byte(base64.StdEncoding.EncodeToString([]byte(v)))
 }

@@ -277,3 +277,13 @@ func (c *Compiler) RegexMatcher(m *matcherpb.RegexMatcher) (StringMatcher, error
 	}
 	return StringMatcher{kind: kindRegex, re: re}, nil
 }
+
+// MatchAny reports whether one of ms matches s.
+func MatchAny(ms []StringMatcher, s string) bool {
+	for i := range ms {
+		if ms[i].Match(s) {
+			return true
+		}
+	}
+	return false
+}

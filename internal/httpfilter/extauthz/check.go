@@ -3,7 +3,6 @@ package extauthz
 import (
 	"context"
 	"crypto/x509"
-	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -294,7 +293,7 @@ func (c *check) headerMap(md metadata.MD) *corepb.HeaderMap {
 	cfg := c.step.cfg
 	keys := make([]string, 0, len(md))
 	for k := range md {
-		if matchesAny(cfg.disallowed, k) || cfg.allowed != nil && !matchesAny(cfg.allowed, k) {
+		if matcher.MatchAny(cfg.disallowed, k) || cfg.allowed != nil && !matcher.MatchAny(cfg.allowed, k) {
 			continue
 		}
 		keys = append(keys, k)
@@ -303,34 +302,10 @@ func (c *check) headerMap(md metadata.MD) *corepb.HeaderMap {
 	hm := &corepb.HeaderMap{}
 	for _, k := range keys {
 		for _, v := range md[k] {
-			hm.Headers = append(hm.Headers, &corepb.HeaderValue{Key: k, RawValue: headerMapValue(k, v)})
+			hm.Headers = append(hm.Headers, &corepb.HeaderValue{Key: k, RawValue: grpcservice.HeaderMapValue(k, v)})
 		}
 	}
 	return hm
-}
-
-// headerMapValue is the raw_value of the header key's value v in the
-// header_map: v itself or, for a binary ("-bin") header, its base64 (gRFC
-// A102: "When writing a HeaderValue proto for a header whose name ends in
-// -bin, the value must be base64-encoded"). With padding, as RFC 4648 has
-// it and as grpc-go writes A102's HeaderValues, so that an authorization
-// server sees the same bytes from either and any base64 decoder, strict or
-// not, reads them. (Matchers of request headers see the unpadded wire
-// form instead: matcher.WireBinary.)
-func headerMapValue(key, v string) []byte {
-	if !strings.HasSuffix(key, "-bin") {
-		return []byte(v)
-	}
-	return []byte(base64.StdEncoding.EncodeToString([]byte(v)))
-}
-
-func matchesAny(ms []matcher.StringMatcher, s string) bool {
-	for i := range ms {
-		if ms[i].Match(s) {
-			return true
-		}
-	}
-	return false
 }
 
 // socketAddress is Envoy's form of an address: IP and port apart.

@@ -2,7 +2,6 @@ package extproc
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -155,9 +154,12 @@ func (c *call) RunAfter(ctx context.Context) (context.Context, error) {
 	if md == nil {
 		md = metadata.MD{}
 	}
-	// The attributes read the request's headers as they arrived here
-	// (request.headers, request.useragent, ...).
-	c.req.Header = md.Copy()
+	if len(c.cfg.RequestAttributes) > 0 {
+		// The attributes read the request's headers as they arrived here
+		// (request.headers, request.useragent, ...), not as the answer
+		// changes md.
+		c.req.Header = md.Copy()
+	}
 	if !c.mode.RequestHeaders {
 		return ctx, nil
 	}
@@ -928,7 +930,7 @@ func (c *call) headerMap(md map[string][]string, pseudo [][2]string) *corepb.Hea
 	}
 	for _, k := range keys {
 		for _, v := range md[k] {
-			vals = append(vals, corepb.HeaderValue{Key: k, RawValue: rawValue(k, v)})
+			vals = append(vals, corepb.HeaderValue{Key: k, RawValue: grpcservice.HeaderMapValue(k, v)})
 		}
 	}
 	hm := &corepb.HeaderMap{Headers: make([]*corepb.HeaderValue, len(vals))}
@@ -938,28 +940,9 @@ func (c *call) headerMap(md map[string][]string, pseudo [][2]string) *corepb.Hea
 	return hm
 }
 
-// rawValue is the raw_value of header k's value v: v, or for a binary
-// ("-bin") header its base64 with padding (gRFC A102), as ext_authz sends
-// it.
-func rawValue(k, v string) []byte {
-	if !strings.HasSuffix(k, "-bin") {
-		return []byte(v)
-	}
-	return []byte(base64.StdEncoding.EncodeToString([]byte(v)))
-}
-
 // forwards reports whether forward_rules let header k go to the processor.
 func (c *call) forwards(k string) bool {
-	return !matchesAny(c.cfg.Disallowed, k) && (c.cfg.Allowed == nil || matchesAny(c.cfg.Allowed, k))
-}
-
-func matchesAny(ms []matcher.StringMatcher, s string) bool {
-	for i := range ms {
-		if ms[i].Match(s) {
-			return true
-		}
-	}
-	return false
+	return !matcher.MatchAny(c.cfg.Disallowed, k) && (c.cfg.Allowed == nil || matcher.MatchAny(c.cfg.Allowed, k))
 }
 
 // attributes are the attributes sent with req, an event of kind k; nil
